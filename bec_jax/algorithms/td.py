@@ -1,0 +1,31 @@
+"""TD(0) with linear features, on- and off-policy.
+
+Implements the paper's eq. (td(0)theta), theta <- theta + alpha delta phi, and its
+off-policy form theta <- theta + alpha rho delta phi (rho = 1 on-policy).
+"""
+from typing import NamedTuple
+
+import jax
+
+from bec_jax.algorithms.base import StepSize, check_inputs, resolve, td_error, zero_count
+from bec_jax.transition import Transition
+
+
+class TDState(NamedTuple):
+    """theta: (k,) weights; count: number of updates so far."""
+
+    theta: jax.Array
+    count: jax.Array
+
+
+def init(theta0: jax.Array) -> TDState:
+    """Starts TD(0) at weights `theta0`."""
+    return TDState(theta=jax.numpy.asarray(theta0), count=zero_count())
+
+
+def update(state: TDState, tr: Transition, alpha: StepSize) -> TDState:
+    """One off-policy TD(0) step: theta += alpha rho delta phi (paper eq. td(0)theta)."""
+    check_inputs(state.theta, tr)
+    a = resolve(alpha, state.count)
+    delta = td_error(state.theta, tr)
+    return TDState(theta=state.theta + (a * tr.rho * delta) * tr.phi, count=state.count + 1)

@@ -1,0 +1,39 @@
+"""TDC (Sutton et al., 2009) with linear features: TD with gradient correction.
+
+The paper's eqs. (thetavmtdc) and (uvmtdc) with omega = 0:
+    theta <- theta + alpha rho [delta phi - gamma phi' (phi^T u)]
+    u     <- u + zeta rho [delta - phi^T u] phi
+The factor rho on both updates follows the authors' public code; on-policy rho = 1.
+"""
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from bec_jax.algorithms.base import StepSize, check_inputs, resolve, td_error, zero_count
+from bec_jax.transition import Transition
+
+
+class TDCState(NamedTuple):
+    """theta: (k,) weights; u: (k,) auxiliary weights; count: updates so far."""
+
+    theta: jax.Array
+    u: jax.Array
+    count: jax.Array
+
+
+def init(theta0: jax.Array) -> TDCState:
+    """Starts TDC at `theta0` with u = 0."""
+    theta0 = jnp.asarray(theta0)
+    return TDCState(theta=theta0, u=jnp.zeros_like(theta0), count=zero_count())
+
+
+def update(state: TDCState, tr: Transition, alpha: StepSize, zeta: StepSize) -> TDCState:
+    """One TDC step (eqs. thetavmtdc, uvmtdc with omega = 0), rho on both updates."""
+    check_inputs(state.theta, tr)
+    a, z = resolve(alpha, state.count), resolve(zeta, state.count)
+    delta = td_error(state.theta, tr)
+    phi_u = jnp.dot(tr.phi, state.u)
+    theta = state.theta + (a * tr.rho) * (delta * tr.phi - (tr.discount * phi_u) * tr.phi_next)
+    u = state.u + (z * tr.rho * (delta - phi_u)) * tr.phi
+    return TDCState(theta=theta, u=u, count=state.count + 1)

@@ -1,0 +1,227 @@
+"""The finite MDP model: a validated pytree of arrays, plus its derived quantities.
+
+The model is the single source of truth. Samplers build their tables from it and
+`bec_jax.analysis` computes exact quantities from it; update functions never see it.
+Derived quantities are computed on the host in float64 (they feed closed forms).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+# Tolerance for "rows sum to one": generous enough for hand-typed fractions like 1/7.
+_ROW_SUM_TOL = 1e-6
+
+
+class FiniteMDP(NamedTuple):
+    """A finite MDP with a target and a behaviour policy and linear features.
+
+    Shapes: S states, A actions, k features.
+
+    Attributes:
+      pi: (S, A) target policy pi(a|s).
+      mu: (S, A) behaviour policy mu(a|s).
+      P: (S, A, S) transition probabilities P(s'|s, a).
+      R: (S, A, S) rewards R(s, a, s').
+      phi: (S, k) feature matrix Phi (row s is phi(s)).
+      gamma: () discount factor in [0, 1).
+      start: (S,) start distribution of a trajectory.
+      theta0: (k,) initial weights.
+    """
+
+    pi: np.ndarray
+    mu: np.ndarray
+    P: np.ndarray
+    R: np.ndarray
+    phi: np.ndarray
+    gamma: np.ndarray
+    start: np.ndarray
+    theta0: np.ndarray
+
+    @property
+    def num_states(self) -> int:
+        return int(self.P.shape[0])
+
+    @property
+    def num_actions(self) -> int:
+        return int(self.P.shape[1])
+
+    @property
+    def num_features(self) -> int:
+        return int(self.phi.shape[1])
+
+
+def _as_float_array(name: str, value, ndim: int | None) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name}: expected a numeric array ({e})") from None
+    if ndim is not None and arr.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimensions, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name}: all values must be finite, got non-finite entries")
+    return arr
+
+
+def _check_distribution(name: str, arr: np.ndarray) -> None:
+    """Checks that the last axis of `arr` holds probability distributions."""
+    if np.any(arr < 0):
+        idx = tuple(int(i) for i in np.argwhere(arr < 0)[0])
+        raise ValueError(f"{name}: probabilities must be non-negative, got {arr[idx]} at index {idx}")
+    sums = arr.sum(axis=-1)
+    bad = np.abs(sums - 1.0) > _ROW_SUM_TOL
+    if np.any(bad):
+        idx = tuple(int(i) for i in np.argwhere(bad)[0]) if sums.ndim else ()
+        raise ValueError(
+            f"{name}: each row must sum to 1, got row {idx} summing to {float(sums[idx]) if idx else float(sums)}"
+        )
+
+
+def make_mdp(
+    *,
+    pi,
+    mu,
+    P,
+    R,
+    phi,
+    gamma: float,
+    start=None,
+    theta0=None,
+) -> FiniteMDP:
+    """Builds and validates a `FiniteMDP`; raises `ValueError` naming the bad field.
+
+    Args:
+      pi: (S, A) target policy. mu: (S, A) behaviour policy.
+      P: (S, A, S) transition probabilities. R: (S, A, S) rewards, or (S, A) for
+        rewards that do not depend on s'.
+      phi: (S, k) features. gamma: discount in [0, 1).
+      start: (S,) start distribution; default the behaviour's stationary one.
+      theta0: (k,) initial weights; default zeros.
+
+    Checks: finite values, consistent shapes, non-negative probabilities whose rows
+    sum to one, gamma in [0, 1), and coverage (pi(a|s) > 0 requires mu(a|s) > 0).
+    """
+    P = _as_float_array("P", P, 3)
+    S, A, S2 = P.shape
+    if S != S2 or S == 0 or A == 0:
+        raise ValueError(f"P: expected shape (S, A, S) with S, A > 0, got {P.shape}")
+    pi = _as_float_array("pi", pi, 2)
+    mu = _as_float_array("mu", mu, 2)
+    for name, arr in (("pi", pi), ("mu", mu)):
+        if arr.shape != (S, A):
+            raise ValueError(f"{name}: expected shape (S, A) = {(S, A)} to match P, got {arr.shape}")
+    R = _as_float_array("R", R, None)
+    if R.ndim not in (2, 3):
+        raise ValueError(f"R: expected shape (S, A, S) or (S, A), got {R.shape}")
+    if R.ndim == 2:
+        R = np.repeat(R[:, :, None], S, axis=2)
+    R = _as_float_array("R", R, 3)
+    if R.shape != (S, A, S):
+        raise ValueError(f"R: expected shape (S, A, S) = {(S, A, S)} to match P, got {R.shape}")
+    phi = _as_float_array("phi", phi, 2)
+    if phi.shape[0] != S or phi.shape[1] == 0:
+        raise ValueError(f"phi: expected shape (S, k) with S = {S} rows and k > 0, got {phi.shape}")
+    try:
+        g = float(gamma)
+    except (TypeError, ValueError):
+        raise ValueError(f"gamma: expected a number in [0, 1), got {gamma!r}") from None
+    if not (0.0 <= g < 1.0):
+        raise ValueError(f"gamma: must be in [0, 1), got {gamma!r}")
+
+    _check_distribution("pi", pi)
+    _check_distribution("mu", mu)
+    _check_distribution("P", P)
+    uncovered = (pi > 0) & (mu <= 0)
+    if np.any(uncovered):
+        s, a = (int(i) for i in np.argwhere(uncovered)[0])
+        raise ValueError(
+            f"mu: coverage violated at state {s}, action {a}: pi(a|s) = {pi[s, a]} > 0 requires mu(a|s) > 0"
+        )
+
+    k = phi.shape[1]
+    theta0 = np.zeros(k) if theta0 is None else _as_float_array("theta0", theta0, 1)
+    if theta0.shape != (k,):
+        raise ValueError(f"theta0: expected shape ({k},) to match phi, got {theta0.shape}")
+
+    mdp = FiniteMDP(pi=pi, mu=mu, P=P, R=R, phi=phi, gamma=np.float64(g),
+                    start=np.zeros(S), theta0=theta0)
+    if start is None:
+        start = stationary_distribution(transition_matrix(mdp, mdp.mu))
+    start = _as_float_array("start", start, 1)
+    if start.shape != (S,):
+        raise ValueError(f"start: expected shape ({S},), got {start.shape}")
+    _check_distribution("start", start)
+    mdp = mdp._replace(start=start)
+    # Fail at construction, not deep inside analysis, when d_mu is not unique.
+    d_mu(mdp)
+    return mdp
+
+
+def transition_matrix(mdp: FiniteMDP, policy: np.ndarray) -> np.ndarray:
+    """(S, S) state-to-state matrix sum_a policy(a|s) P(s'|s,a)."""
+    return np.einsum("sa,sat->st", np.asarray(policy, np.float64), np.asarray(mdp.P, np.float64))
+
+
+def P_pi(mdp: FiniteMDP) -> np.ndarray:
+    """(S, S) state transition matrix under the target policy."""
+    return transition_matrix(mdp, mdp.pi)
+
+
+def P_mu(mdp: FiniteMDP) -> np.ndarray:
+    """(S, S) state transition matrix under the behaviour policy."""
+    return transition_matrix(mdp, mdp.mu)
+
+
+def expected_reward(mdp: FiniteMDP, policy: np.ndarray) -> np.ndarray:
+    """(S,) expected one-step reward sum_a policy(a|s) sum_s' P(s'|s,a) R(s,a,s')."""
+    return np.einsum("sa,sat,sat->s", np.asarray(policy, np.float64), mdp.P, mdp.R)
+
+
+def r_pi(mdp: FiniteMDP) -> np.ndarray:
+    """(S,) expected reward under the target policy (the paper's R^pi)."""
+    return expected_reward(mdp, mdp.pi)
+
+
+def r_mu(mdp: FiniteMDP) -> np.ndarray:
+    """(S,) expected reward under the behaviour policy."""
+    return expected_reward(mdp, mdp.mu)
+
+
+def stationary_distribution(P: np.ndarray) -> np.ndarray:
+    """The unique stationary distribution d of a row-stochastic P (d^T P = d^T).
+
+    Raises `ValueError` if the chain has several (it is not unichain).
+    """
+    P = np.asarray(P, np.float64)
+    S = P.shape[0]
+    # d^T (P - I) = 0 with 1^T d = 1, as a stacked least-squares system.
+    M = np.vstack([P.T - np.eye(S), np.ones((1, S))])
+    rhs = np.zeros(S + 1)
+    rhs[-1] = 1.0
+    rank = np.linalg.matrix_rank(M, tol=1e-10)
+    if rank < S:
+        raise ValueError(
+            f"mu: the behaviour chain has {S - rank + 1} closed classes, so its stationary "
+            "distribution is not unique; make the behaviour chain unichain"
+        )
+    d, *_ = np.linalg.lstsq(M, rhs, rcond=None)
+    d = np.clip(d, 0.0, None)
+    return d / d.sum()
+
+
+def d_mu(mdp: FiniteMDP) -> np.ndarray:
+    """(S,) stationary state distribution of the behaviour policy."""
+    return stationary_distribution(P_mu(mdp))
+
+
+def rho(mdp: FiniteMDP) -> np.ndarray:
+    """(S, A) importance ratios pi(a|s) / mu(a|s) (0 where mu(a|s) = 0)."""
+    pi = np.asarray(mdp.pi, np.float64)
+    mu = np.asarray(mdp.mu, np.float64)
+    return np.divide(pi, mu, out=np.zeros_like(pi), where=mu > 0)
+
+
+def is_on_policy(mdp: FiniteMDP) -> bool:
+    """True when the target and behaviour policies agree on every state."""
+    return bool(np.allclose(mdp.pi, mdp.mu, rtol=0, atol=1e-12))
