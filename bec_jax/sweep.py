@@ -1,0 +1,309 @@
+"""The sweep engine: a whole step-size sweep as one compiled XLA program.
+
+    program(seed_keys, grid) = jit(shard_map_over_grid(
+        scan over log points (
+            scan over log_every steps (
+                sample one transition per seed           # common random numbers
+                update every (grid point, seed) pair     # vmap(grid) o vmap(seed)
+                freeze runs that diverge)
+            metrics of every run -> mean/std/sem over surviving seeds)))
+
+Each seed's transitions are drawn once and broadcast to every grid point, so all
+grid points see the same data. A seed's random stream depends only on the base
+seed and its index, and a grid point's arithmetic only on its own step sizes, so a
+point's result does not depend on the other points in the grid, the chunk size or
+the number of devices. Memory is O(grid x seeds x state) inside the program and
+O(grid x log points) out of it: no per-step parameters are kept.
+"""
+from __future__ import annotations
+
+import math
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+import bec_jax
+from bec_jax import algorithms, analysis, envs, sampling
+from bec_jax.algorithms.base import StepSizes
+from bec_jax.results import SweepResult
+from bec_jax.spec import STEP_NAMES, ScheduleSpec, SweepSpec
+
+GRID_AXIS = "grid"
+
+
+class ChunkOutput(dict):
+    """Outputs of one compiled chunk (all with the grid axis first)."""
+
+
+def _step_size_factors(schedule: ScheduleSpec, t: jax.Array, dtype) -> StepSizes:
+    """Multipliers of the grid's step sizes at step t (shared by all runs)."""
+    if schedule.kind == "constant":
+        one = jnp.ones((), dtype)
+        return StepSizes(one, one, one)
+    base = schedule.t0 / (t.astype(dtype) + schedule.t0)
+    return StepSizes(*(jnp.power(base, getattr(schedule, f"p_{n}")).astype(dtype) for n in STEP_NAMES))
+
+
+def _run_ok(state, bound: float) -> jax.Array:
+    """(G, N) True where every float leaf of the state is finite and within the bound
+    (NaN fails the comparison, so it counts as diverged)."""
+    ok = None
+    for x in jax.tree_util.tree_leaves(state):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            continue
+        m = jnp.abs(x).reshape(x.shape[:2] + (-1,)).max(axis=-1)
+        leaf_ok = m <= bound
+        ok = leaf_ok if ok is None else ok & leaf_ok
+    return ok
+
+
+def _bcast(mask: jax.Array, x: jax.Array) -> jax.Array:
+    return mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
+
+
+def _seed_stats(values: jax.Array, alive: jax.Array):
+    """Mean, std (ddof=0) and sem (ddof=1) over the seed axis (last) among alive runs.
+
+    values: (M, G, N); alive: (G, N). Returns three (M, G) arrays, NaN where no run
+    is alive. Dead runs are masked with `where`, never multiplied, so their values
+    cannot leak NaN or inf into the statistics.
+    """
+    alive = jnp.broadcast_to(alive[None], values.shape)
+    n = alive.sum(axis=-1).astype(values.dtype)  # (M, G)
+    v = jnp.where(alive, values, 0.0)
+    mean = v.sum(axis=-1) / n
+    dev = jnp.where(alive, values - mean[..., None], 0.0)
+    ss = (dev * dev).sum(axis=-1)
+    std = jnp.sqrt(ss / n)
+    sem = jnp.where(n > 1, jnp.sqrt(ss / jnp.maximum(n - 1, 1) / n), 0.0)
+    return mean, std, sem
+
+
+@dataclass
+class Program:
+    """A compiled-on-demand sweep program for a fixed chunk size.
+
+    `fn(seed_keys, grid)` runs `chunk` grid points (StepSizes of (chunk,) arrays)
+    for the spec's seeds; `lower(...)` gives the jitted function's lowering.
+    """
+
+    spec: SweepSpec
+    fn: Callable
+    chunk: int
+    mesh: Mesh | None
+
+
+def make_program(spec: SweepSpec, chunk: int, devices=None) -> Program:
+    """Python-side setup for `spec`: the model's tables and metrics are baked in as
+    constants, and the returned program maps (seed keys, grid chunk) -> statistics.
+
+    With several devices, the grid axis of the chunk is split over them with
+    `shard_map` on a 1-D `Mesh`; `chunk` must be a multiple of the device count.
+    """
+    env = envs.make(spec.env)
+    alg = algorithms.get(spec.algorithm)
+    dtype = jnp.dtype(spec.dtype)
+    sampler = sampling.make_sampler(env, spec.sampler, dtype)
+    mets = [analysis.metric(env, m) for m in spec.metrics]
+    rows = max(m.R.shape[0] for m in mets)
+    # Stack metrics (zero rows pad: they add nothing to the sum of squares).
+    R = jnp.asarray(np.stack([np.pad(m.R, ((0, rows - m.R.shape[0]), (0, 0))) for m in mets]), dtype)
+    h = jnp.asarray(np.stack([np.pad(m.h, (0, rows - m.h.shape[0])) for m in mets]), dtype)
+    theta0 = jnp.asarray(env.theta0, dtype)
+    K, L, nu = spec.log_every, spec.steps // spec.log_every, sampler.num_uniforms
+    bound = float(spec.divergence_bound)
+    schedule = spec.schedule
+
+    update_grid_seed = jax.vmap(jax.vmap(alg.update, in_axes=(0, 0, None)), in_axes=(0, None, 0))
+
+    def metric_values(states) -> jax.Array:
+        theta = states.theta  # (G, N, k)
+        e = jnp.einsum("mrk,gnk->mgnr", R, theta) + jnp.broadcast_to(h[:, None, None, :], (h.shape[0],) + theta.shape[:2] + h.shape[1:])
+        return jnp.sqrt(jnp.sum(e * e, axis=-1))  # (M, G, N)
+
+    def chunk_fn(seed_keys, grid: StepSizes):
+        G, N = grid.alpha.shape[0], seed_keys.shape[0]
+        init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(seed_keys), 1, 0)
+        samp = jax.vmap(sampler.init)(init_keys)
+        states = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G, N) + x.shape), alg.init(theta0))
+        dstep = jnp.full((G, N), -1, jnp.int32)
+
+        def step(carry, xs):
+            states, samp, dstep = carry
+            u, t = xs
+            tr, samp = jax.vmap(sampler.step_from_uniforms)(u, samp)
+            f = _step_size_factors(schedule, t, dtype)
+            h_t = StepSizes(*(g * fac for g, fac in zip(grid, f)))
+            new = update_grid_seed(states, tr, h_t)
+            alive = dstep < 0
+            keep = alive & _run_ok(new, bound)
+            states = jax.tree_util.tree_map(lambda n, o: jnp.where(_bcast(keep, n), n, o), new, states)
+            dstep = jnp.where(alive & ~keep, t + 1, dstep)
+            return (states, samp, dstep), None
+
+        def block(carry, j):
+            u = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, j), (K, nu), dtype))(stream_keys)
+            t = j * K + jnp.arange(K, dtype=jnp.int32)
+            carry, _ = jax.lax.scan(step, carry, (jnp.swapaxes(u, 0, 1), t))
+            alive = carry[2] < 0
+            return carry, (*_seed_stats(metric_values(carry[0]), alive), alive.sum(-1).astype(jnp.int32))
+
+        alive0 = dstep < 0
+        first = (*_seed_stats(metric_values(states), alive0), alive0.sum(-1).astype(jnp.int32))
+        (states, samp, dstep), ys = jax.lax.scan(block, (states, samp, dstep), jnp.arange(L, dtype=jnp.int32))
+        # Stack step 0 in front; move the grid axis first: (M, L+1, G) -> (G, M, L+1).
+        mean, std, sem = (jnp.moveaxis(jnp.concatenate([a[None], b]), (0, 1, 2), (2, 1, 0))
+                          for a, b in zip(first[:3], ys[:3]))
+        alive_t = jnp.concatenate([first[3][None], ys[3]]).T  # (G, L+1)
+        vals = metric_values(states)
+        final = jnp.where(jnp.broadcast_to((dstep < 0)[None], vals.shape), vals, jnp.nan)  # (M, G, N)
+        return {"mean": mean, "std": std, "sem": sem, "alive": alive_t,
+                "final": jnp.moveaxis(final, 1, 0), "diverged_step": dstep}
+
+    devices = list(devices) if devices is not None else jax.devices()
+    mesh = None
+    if len(devices) > 1:
+        if chunk % len(devices):
+            raise ValueError(f"chunk: must be a multiple of the {len(devices)} devices, got {chunk}")
+        mesh = Mesh(np.array(devices), (GRID_AXIS,))
+        spec_g = PartitionSpec(GRID_AXIS)
+        fn = jax.jit(jax.shard_map(chunk_fn, mesh=mesh, in_specs=(PartitionSpec(), spec_g),
+                                   out_specs=spec_g, check_vma=False))
+    else:
+        fn = jax.jit(chunk_fn)
+    return Program(spec=spec, fn=fn, chunk=chunk, mesh=mesh)
+
+
+def seed_keys(spec: SweepSpec) -> jax.Array:
+    """The per-seed keys: seed i's key is fold_in(key(spec.seed), i), so a seed's
+    stream does not depend on how many seeds the sweep has."""
+    base = jax.random.key(spec.seed)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.arange(spec.seeds))
+
+
+def bytes_per_point(spec: SweepSpec) -> int:
+    """Rough device memory of one grid point inside the program: the states of all
+    seeds (a few live copies in the scan) plus the logged statistics."""
+    item = jnp.dtype(spec.dtype).itemsize
+    k = envs.make(spec.env).num_features
+    state_floats = 2 * k + 2  # theta, u, omega and the count, at most
+    per_run = state_floats * item * 6 + 8
+    return spec.seeds * per_run + spec.num_logs * len(spec.metrics) * 3 * item + 4 * spec.num_logs
+
+
+def choose_chunk(spec: SweepSpec, n_devices: int, memory_budget: int = 2 << 30) -> int:
+    """The largest chunk (a multiple of the device count) within `memory_budget` bytes."""
+    G = spec.num_points
+    per = bytes_per_point(spec)
+    fit = max(1, memory_budget // per)
+    chunk = min(G, fit)
+    return max(n_devices, (chunk + n_devices - 1) // n_devices * n_devices if chunk >= n_devices else n_devices)
+
+
+def _grid_chunks(spec: SweepSpec, chunk: int, dtype):
+    """Yields (start, stop, StepSizes of (chunk,)) with the last chunk padded by
+    repeating its last point (padded results are dropped)."""
+    arrays = spec.grid_arrays()
+    G = spec.num_points
+    for start in range(0, G, chunk):
+        stop = min(start + chunk, G)
+        idx = np.minimum(np.arange(start, start + chunk), stop - 1)
+        # Unused step sizes become 0: the update never reads them.
+        yield start, stop, StepSizes(*(jnp.asarray(np.nan_to_num(arrays[n][idx]), dtype) for n in STEP_NAMES))
+
+
+def _progress(done: int, total: int, t0: float) -> None:
+    el = time.perf_counter() - t0
+    eta = el / done * (total - done) if done else float("nan")
+    sys.stderr.write(f"\r[bec-jax] chunk {done}/{total}  {el:6.1f}s elapsed  ~{eta:5.1f}s left")
+    if done == total:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
+        memory_budget: int = 2 << 30, progress: bool | None = None) -> SweepResult:
+    """Runs the sweep and returns a `SweepResult`.
+
+    Args:
+      spec: what to run.
+      chunk_size: grid points per compiled call (default: all that fit in
+        `memory_budget`). Results do not depend on it.
+      devices: devices to shard the grid axis over (default: all of `jax.devices()`).
+      memory_budget: bytes of device memory a chunk may use.
+      progress: print a progress line per chunk (default: once a multi-chunk run
+        has taken more than 2 seconds).
+    """
+    if spec.dtype == "float64" and not jax.config.jax_enable_x64:
+        raise ValueError("dtype: float64 needs JAX's 64-bit mode; set JAX_ENABLE_X64=1 "
+                         "or jax.config.update('jax_enable_x64', True) before running")
+    devices = list(devices) if devices is not None else jax.devices()
+    n_dev = len(devices)
+    if chunk_size is None:
+        chunk = choose_chunk(spec, n_dev, memory_budget)
+    else:
+        if not isinstance(chunk_size, int) or chunk_size <= 0:
+            raise ValueError(f"chunk_size: must be a positive integer, got {chunk_size!r}")
+        chunk = -(-chunk_size // n_dev) * n_dev
+    program = make_program(spec, chunk, devices)
+    dtype = jnp.dtype(spec.dtype)
+    keys = seed_keys(spec)
+    if program.mesh is not None:
+        keys = jax.device_put(keys, NamedSharding(program.mesh, PartitionSpec()))
+        grid_sharding = NamedSharding(program.mesh, PartitionSpec(GRID_AXIS))
+    chunks = list(_grid_chunks(spec, chunk, dtype))
+
+    t = time.perf_counter()
+    first_grid = chunks[0][2]
+    if program.mesh is not None:
+        first_grid = jax.device_put(first_grid, grid_sharding)
+    compiled = program.fn.lower(keys, first_grid).compile()
+    compile_time = time.perf_counter() - t
+
+    parts: dict[str, list] = {}
+    t = time.perf_counter()
+    for i, (start, stop, grid) in enumerate(chunks):
+        if program.mesh is not None:
+            grid = jax.device_put(grid, grid_sharding)
+        out = jax.device_get(compiled(keys, grid))
+        for name, arr in out.items():
+            parts.setdefault(name, []).append(np.asarray(arr)[: stop - start])
+        if progress or (progress is None and len(chunks) > 1 and time.perf_counter() - t > 2.0):
+            _progress(i + 1, len(chunks), t)
+    run_time = time.perf_counter() - t
+
+    cat = {k: np.concatenate(v) for k, v in parts.items()}
+    grid_np = spec.grid_arrays()
+    n_updates = spec.num_points * spec.seeds * spec.steps
+    meta = {
+        "bec_jax_version": bec_jax.__version__,
+        "jax_version": jax.__version__,
+        "jaxlib_version": jax.lib.__version__ if hasattr(jax.lib, "__version__") else None,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(devices[0].device_kind if hasattr(devices[0], "device_kind") else devices[0]),
+        "backend": devices[0].platform,
+        "num_devices": n_dev,
+        "chunk_size": chunk,
+        "num_chunks": len(chunks),
+        "compile_time_s": compile_time,
+        "run_time_s": run_time,
+        "updates": n_updates,
+        "updates_per_s": n_updates / run_time if run_time > 0 else None,
+    }
+    return SweepResult(
+        spec=spec,
+        steps=np.arange(spec.num_logs) * spec.log_every,
+        alpha=grid_np["alpha"], beta=grid_np["beta"], zeta=grid_np["zeta"],
+        mean=np.moveaxis(cat["mean"], 0, 1), std=np.moveaxis(cat["std"], 0, 1),
+        sem=np.moveaxis(cat["sem"], 0, 1), alive=cat["alive"],
+        final=np.moveaxis(cat["final"], 0, 1), diverged_step=cat["diverged_step"],
+        meta=meta,
+    )
