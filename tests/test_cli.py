@@ -1,0 +1,103 @@
+"""`bec-jax run` on tiny sweeps, checked by reading the files it writes."""
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from bec_jax.cli import main
+
+TINY = ["run", "--env", "two_state", "--algorithm", "ctd", "--alpha", "0.01,0.005",
+        "--beta", "0.1,0.05,0.01", "--steps", "200", "--seeds", "4", "--log-every", "50"]
+
+
+@pytest.fixture(scope="module")
+def tiny_out(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "sweep"
+    assert main(TINY + ["--out", str(out)]) == 0
+    return out
+
+
+def test_run_writes_curves_and_summary(tiny_out):
+    with np.load(tiny_out / "curves.npz") as z:
+        assert z["steps"].tolist() == [0, 50, 100, 150, 200]
+        assert z["mean"].shape == (6, 5) and z["std"].shape == (6, 5)
+        np.testing.assert_allclose(z["alpha"], [0.01] * 3 + [0.005] * 3)
+        np.testing.assert_allclose(z["beta"], [0.1, 0.05, 0.01] * 2)
+        assert np.isnan(z["zeta"]).all()
+        # Every run starts from theta0 = 1: RMSCBE = |theta| * 0.5 on this example.
+        np.testing.assert_allclose(z["mean"][:, 0], 0.5, rtol=1e-6)
+        mean = z["mean"]
+    recs = json.load(open(tiny_out / "summary.json"))
+    assert len(recs) == 6
+    assert set(recs[0]) == {"env", "algorithm", "alpha", "beta", "zeta", "final_mean", "final_std",
+                            "auc", "diverged_fraction"}
+    assert recs[0]["zeta"] is None and recs[0]["env"] == "two_state" and recs[0]["algorithm"] == "ctd"
+    for r, row in zip(recs, mean):
+        assert r["final_mean"] == pytest.approx(row[-1], rel=1e-6)
+        assert r["auc"] == pytest.approx(row.mean(), rel=1e-6)
+        assert r["diverged_fraction"] == 0.0
+    meta = json.load(open(tiny_out / "meta.json"))
+    assert meta["spec"]["algorithm"] == "ctd" and meta["run_time_s"] >= 0
+
+
+def test_config_file_gives_the_same_result(tiny_out, tmp_path):
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('env = "two_state"\nalgorithm = "ctd"\nalpha = [0.01, 0.005]\n'
+                   'beta = [0.1, 0.05, 0.01]\nsteps = 200\nseeds = 4\nlog_every = 50\n')
+    out = tmp_path / "from_toml"
+    assert main(["run", "--config", str(cfg), "--out", str(out)]) == 0
+    with np.load(out / "curves.npz") as a, np.load(tiny_out / "curves.npz") as b:
+        np.testing.assert_array_equal(a["mean"], b["mean"])
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--env", "nope"], "env"),
+    (["--algorithm", "sarsa"], "algorithm"),
+    (["--alpha", "-0.1"], "alpha"),
+    (["--alpha", "nan"], "alpha"),
+    (["--zeta", "0.1"], "zeta"),
+    (["--steps", "0"], "steps"),
+    (["--log-every", "1000"], "log_every"),
+    (["--sampler", "mcmc"], "sampler"),
+    (["--schedule", "cosine"], "schedule"),
+    (["--metrics", "rmse"], "metrics"),
+])
+def test_bad_input_exits_2_with_one_line(args, field, tmp_path, capsys):
+    argv = list(TINY)
+    for flag, value in zip(args[::2], args[1::2]):
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    out = tmp_path / "never"
+    assert main(argv + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"bec-jax: error: {field}")
+    assert not out.exists()
+
+
+def test_refuses_nonempty_out_dir(tiny_out, capsys):
+    assert main(TINY + ["--out", str(tiny_out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
+def test_bad_toml(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('env = "two_state"\nalgorithm = "td"\nalpha = [0.01]\nlearning_rate = 3\n')
+    assert main(["run", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "learning_rate: unknown field" in capsys.readouterr().err
+    bad.write_text("env = \n")
+    assert main(["run", "--config", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+
+
+def test_console_script_installed():
+    exe = shutil.which("bec-jax")
+    assert exe, "the bec-jax entry point is not installed"
+    p = subprocess.run([exe, "run", "--env", "nope", "--algorithm", "td", "--alpha", "0.1", "--out", "/tmp/x"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr
+    assert "known: baird, boyan_chain, two_state" in p.stderr
