@@ -1,11 +1,12 @@
 """Linear policy-evaluation updates as pure `init`/`update` pairs on one example.
 
 Batch them with `jax.vmap`. Each module cites the paper's equation it implements:
-`td`, `tdc`, `ctd`, `ctdc`, `src`, `vrc`. `get(name)` returns the uniform
+`td`, `tdc`, `ctd`, `ctdc`, `src`, `vrc`, and centered TD(lambda) `ctd_lambda` (an
+extension the paper lists as future work). `get(name)` returns the uniform
 `Algorithm` descriptor the sweep engine drives. This package imports nothing from
 `bec_jax.envs`.
 """
-from bec_jax.algorithms import ctd, ctdc, src, td, tdc, vrc
+from bec_jax.algorithms import ctd, ctd_lambda, ctdc, src, td, tdc, vrc
 from bec_jax.algorithms.base import Algorithm, StepSize, StepSizes, resolve, td_error
 
 REGISTRY: dict[str, Algorithm] = {
@@ -28,6 +29,8 @@ REGISTRY: dict[str, Algorithm] = {
                      ("alpha", "beta"), ("theta", "rbar"), "src1-src3"),
     "vrc": Algorithm("vrc", vrc.init, lambda s, tr, h: vrc.update(s, tr, h.alpha, h.beta),
                      ("alpha", "beta"), ("theta", "rbar"), "rewardcentering1-2"),
+    # lambda is static (not on the step-size grid): ctd_lambda.make(lam) for other values.
+    "ctd_lambda": ctd_lambda.make(ctd_lambda.DEFAULT_LAMBDA),
 }
 
 
@@ -44,4 +47,4 @@ def get(name: str) -> Algorithm:
 
 
 __all__ = ["Algorithm", "StepSize", "StepSizes", "get", "names", "resolve", "td_error",
-           "td", "tdc", "ctd", "ctdc", "src", "vrc"]
+           "td", "tdc", "ctd", "ctdc", "src", "vrc", "ctd_lambda"]
