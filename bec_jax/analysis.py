@@ -190,7 +190,14 @@ def ode_eigenvalues(env: FiniteMDP, algorithm: str,
 def slow_ode_matrix(env: FiniteMDP, algorithm: str) -> np.ndarray:
     """The theta-ODE matrix once the faster recursions have equilibrated (the
     two-timescale limit of Theorems 1 and 2): -A (TD), -A^T C^+ A (TDC),
-    -A_c (CTD, VRC), -A_c^T C^+ A_c (CTDC)."""
+    -A_c (CTD, VRC), -A^T C^+ A_c (CTDC).
+
+    For CTDC this is the Schur complement of `expected_update`'s G over (u, omega):
+    with u* = C^+ (b_c - A_c theta), the correction -gamma phi' phi^T u is not
+    centered, so E[dtheta] = (C - H) u* = A^T C^+ (b_c - A_c theta), with the
+    uncentered TD matrix A on the left. (The proof of Theorem 2 writes
+    -A_c^T C^-1 A_c, which would be stable wherever A_c is nonsingular; on the
+    2-state counterexample the actual matrix is -A^T C^-1 A_c = +0.02.)"""
     C_pinv = np.linalg.pinv(feature_covariance(env), rcond=_RANK_TOL)
     if algorithm == "td":
         return -td_matrices(env)[0]
@@ -200,8 +207,7 @@ def slow_ode_matrix(env: FiniteMDP, algorithm: str) -> np.ndarray:
     if algorithm in ("ctd", "vrc"):
         return -centered_td_matrices(env)[0]
     if algorithm == "ctdc":
-        A = centered_td_matrices(env)[0]
-        return -A.T @ C_pinv @ A
+        return -td_matrices(env)[0].T @ C_pinv @ centered_td_matrices(env)[0]
     raise ValueError(f"algorithm: no slow ODE matrix for {algorithm!r}; known: td, tdc, ctd, vrc, ctdc")
 
 

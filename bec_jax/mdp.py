@@ -122,6 +122,8 @@ def make_mdp(
     phi = _as_float_array("phi", phi, 2)
     if phi.shape[0] != S or phi.shape[1] == 0:
         raise ValueError(f"phi: expected shape (S, k) with S = {S} rows and k > 0, got {phi.shape}")
+    if isinstance(gamma, (str, bytes)):  # float("0.9") would accept a string
+        raise ValueError(f"gamma: expected a number in [0, 1), got {gamma!r}")
     try:
         g = float(gamma)
     except (TypeError, ValueError):
