@@ -136,24 +136,31 @@ def make_program(spec: SweepSpec, chunk: int, devices=None) -> Program:
         dstep = jnp.full((G, N), -1, jnp.int32)
 
         def step(carry, xs):
-            states, samp, dstep = carry
+            states, samp = carry
             u, t = xs
             tr, samp = jax.vmap(sampler.step_from_uniforms)(u, samp)
-            f = _step_size_factors(schedule, t, dtype)
-            h_t = StepSizes(*(g * fac for g, fac in zip(grid, f)))
-            new = update_grid_seed(states, tr, h_t)
+            if schedule.kind == "constant":
+                h_t = grid
+            else:
+                f = _step_size_factors(schedule, t, dtype)
+                h_t = StepSizes(*(g * fac for g, fac in zip(grid, f)))
+            return (update_grid_seed(states, tr, h_t), samp), None
+
+        def block(carry, j):
+            states, samp, dstep = carry
+            u = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, j), (K, nu), dtype))(stream_keys)
+            t = j * K + jnp.arange(K, dtype=jnp.int32)
+            (new, samp), _ = jax.lax.scan(step, (states, samp), (jnp.swapaxes(u, 0, 1), t))
+            # Divergence is checked once per log block, not per step (a per-step
+            # check costs more than the update): a run that left the bound during
+            # the block is reverted to its state at the block's start, frozen there,
+            # and flagged with the block's last step.
             alive = dstep < 0
             keep = alive & _run_ok(new, bound)
             states = jax.tree_util.tree_map(lambda n, o: jnp.where(_bcast(keep, n), n, o), new, states)
-            dstep = jnp.where(alive & ~keep, t + 1, dstep)
-            return (states, samp, dstep), None
-
-        def block(carry, j):
-            u = jax.vmap(lambda k: jax.random.uniform(jax.random.fold_in(k, j), (K, nu), dtype))(stream_keys)
-            t = j * K + jnp.arange(K, dtype=jnp.int32)
-            carry, _ = jax.lax.scan(step, carry, (jnp.swapaxes(u, 0, 1), t))
-            alive = carry[2] < 0
-            return carry, (*_seed_stats(metric_values(carry[0]), alive), alive.sum(-1).astype(jnp.int32))
+            dstep = jnp.where(alive & ~keep, (j + 1) * K, dstep)
+            return (states, samp, dstep), (*_seed_stats(metric_values(states), keep),
+                                            keep.sum(-1).astype(jnp.int32))
 
         alive0 = dstep < 0
         first = (*_seed_stats(metric_values(states), alive0), alive0.sum(-1).astype(jnp.int32))

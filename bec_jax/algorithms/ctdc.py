@@ -16,7 +16,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from bec_jax.algorithms.base import StepSize, check_inputs, resolve, td_error, zero_count
+from bec_jax.algorithms.base import StepSize, check_inputs, resolve, td_error, vdot, zero_count
 from bec_jax.transition import Transition
 
 
@@ -51,7 +51,7 @@ def update(
     b = resolve(beta, state.count)
     z = resolve(zeta, state.count)
     err = td_error(state.theta, tr) - state.omega
-    phi_u = jnp.dot(tr.phi, state.u)
+    phi_u = vdot(tr.phi, state.u)
     theta = state.theta + (a * tr.rho) * (err * tr.phi - (tr.discount * phi_u) * tr.phi_next)
     u = state.u + (z * tr.rho * (err - phi_u)) * tr.phi
     omega = state.omega + b * (tr.rho if rho_on_omega else 1.0) * err

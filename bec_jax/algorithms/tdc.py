@@ -10,7 +10,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from bec_jax.algorithms.base import StepSize, check_inputs, resolve, td_error, zero_count
+from bec_jax.algorithms.base import StepSize, check_inputs, resolve, td_error, vdot, zero_count
 from bec_jax.transition import Transition
 
 
@@ -33,7 +33,7 @@ def update(state: TDCState, tr: Transition, alpha: StepSize, zeta: StepSize) -> 
     check_inputs(state.theta, tr)
     a, z = resolve(alpha, state.count), resolve(zeta, state.count)
     delta = td_error(state.theta, tr)
-    phi_u = jnp.dot(tr.phi, state.u)
+    phi_u = vdot(tr.phi, state.u)
     theta = state.theta + (a * tr.rho) * (delta * tr.phi - (tr.discount * phi_u) * tr.phi_next)
     u = state.u + (z * tr.rho * (delta - phi_u)) * tr.phi
     return TDCState(theta=theta, u=u, count=state.count + 1)
