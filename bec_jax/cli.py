@@ -40,6 +40,21 @@ def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
+def use_all_cpu_cores() -> None:
+    """Exposes each CPU core as a JAX device so the sweep shards its grid over
+    them (XLA runs one scanned program per device on one thread). Must run before
+    JAX initialises its backends; BEC_JAX_CPU_DEVICES overrides the count, and an
+    XLA_FLAGS device count set by the user wins."""
+    import jax
+    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    n = os.environ.get("BEC_JAX_CPU_DEVICES") or str(os.cpu_count() or 1)
+    try:
+        jax.config.update("jax_num_cpu_devices", max(1, int(n)))
+    except (ValueError, RuntimeError, AttributeError):
+        pass  # backends already initialised, or an older JAX: one device
+
+
 def enable_compilation_cache() -> None:
     """Turns on JAX's persistent compilation cache (repeated runs skip compiling),
     unless BEC_JAX_NO_CACHE is set."""
@@ -173,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    use_all_cpu_cores()
     try:
         return args.func(args)
     except ValueError as e:  # UsageError and the spec's validation errors
