@@ -1,0 +1,117 @@
+"""The benchmark scripts keep working: each one's --smoke mode runs in a subprocess
+and writes JSON with the expected keys and positive numbers. Nothing here asserts a
+speed (these are not timed tests); the targets are checked by the full runs.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from benchmarks import _common, baseline_numpy  # noqa: E402
+
+
+def _run(args, tmp_path, timeout=600):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    proc = subprocess.run([sys.executable, *args, "--smoke", "--out-dir", str(tmp_path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def _positive(d, *paths):
+    for path in paths:
+        v = d
+        for k in path.split("."):
+            v = v[k]
+        assert isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, f"{path} = {v!r}"
+
+
+def _machine_ok(d):
+    assert d["machine"]["cpu_model"]
+    _positive(d, "machine.cpu_cores", "machine.ram_bytes")
+
+
+def test_standard_workload_is_the_papers_boyan_ctdc_sweep():
+    from experiments.paper import spec_for
+
+    spec = _common.standard_spec()
+    assert spec.to_dict() == spec_for("boyan_chain", "ctdc").to_dict()
+    assert (spec.num_points, spec.seeds, spec.steps, spec.log_every, spec.dtype) == (576, 50, 1000, 10, "float32")
+    assert spec.metrics == ("rmscbe",)
+
+
+def test_baseline_loop_implements_bec_jax_ctdc():
+    worst = baseline_numpy.check_against_bec_jax(steps=300)
+    assert set(worst) == {"theta", "u", "omega", "rmscbe"}
+
+
+def test_baseline_check_catches_a_different_update(monkeypatch):
+    # A run that does not follow bec_jax's update (here: no step at all) must fail the check.
+    def frozen(tables, R, h, a, b, z, steps, log_every, seed=0, uniforms=None, divergence_bound=1e6):
+        log = np.full(steps // log_every + 1, np.sqrt(np.sum(h * h)))
+        return log, tables.theta0.copy(), np.zeros_like(tables.theta0), 0.0, steps
+
+    monkeypatch.setattr(baseline_numpy, "run_ctdc", frozen)
+    with pytest.raises(AssertionError):
+        baseline_numpy.check_against_bec_jax(steps=50)
+
+
+def test_baseline_metric_is_rmscbe():
+    from bec_jax import analysis, envs
+
+    tables, R, h = baseline_numpy.make_problem("boyan_chain")
+    log, theta, *_ = baseline_numpy.run_ctdc(tables, R, h, 0.1, 0.1, 0.1, steps=100, log_every=10, seed=3)
+    assert log.shape == (11,)
+    np.testing.assert_allclose(log[-1], analysis.rmscbe(envs.make("boyan_chain"), theta), rtol=1e-10)
+
+
+def test_baseline_script_smoke(tmp_path):
+    _run(["benchmarks/baseline_numpy.py"], tmp_path)  # the file form of invocation
+    d = json.loads((tmp_path / "baseline_numpy_smoke.json").read_text())
+    assert d["smoke"] is True and d["dtype"] == "float64"
+    _machine_ok(d)
+    _positive(d, "updates", "seconds", "updates_per_s")
+
+
+def test_throughput_script_smoke(tmp_path):
+    out = _run(["-m", "benchmarks.throughput"], tmp_path)
+    assert "met" in out  # the targets are printed with met / NOT MET
+    d = json.loads((tmp_path / "throughput_smoke.json").read_text())
+    assert d["smoke"] is True
+    _machine_ok(d)
+    assert d["jax"]["jax_version"] and d["jax"]["backend"]
+    _positive(d, "jax.num_devices", "workload.updates", "baseline.updates_per_s", "bec_jax.updates_per_s",
+              "bec_jax.run_time_s", "ratio", "compile.fresh_process_s", "compile.in_process_median_s",
+              "compile.cache_cold_s", "compile.cache_warm_s", "memory.peak_rss_bytes",
+              "memory.rss_before_sweep_bytes")
+    assert d["jax"]["num_devices"] == d["bec_jax"]["num_devices"]
+    assert d["compile"]["fresh_process_each_s"] and min(d["compile"]["fresh_process_each_s"]) > 0
+    assert set(d["targets"]) == {"updates_per_s", "speedup_vs_numpy", "compile_time_s", "memory_bytes"}
+    for t in d["targets"].values():
+        assert isinstance(t["met"], bool) and t["value"] > 0 and t["target"] > 0
+    assert len(d["baseline"]["rounds"]) == len(d["bec_jax"]["rounds"]) >= 1
+    assert all(np.isfinite(d["plausibility"]["baseline"])) and all(np.isfinite(d["plausibility"]["bec_jax"]))
+
+
+def test_scaling_script_smoke(tmp_path):
+    _run(["-m", "benchmarks.scaling", "--no-docs"], tmp_path)
+    d = json.loads((tmp_path / "scaling_smoke.json").read_text())
+    assert d["smoke"] is True and d["plot_docs_copy"] is None
+    _machine_ok(d)
+    _positive(d, "jax.num_devices", "baseline_numpy_updates_per_s")
+    assert d["batch"] and d["steps"]
+    for c in d["batch"] + d["steps"]:
+        for k in ("points", "seeds", "steps", "batch", "updates", "updates_per_s", "run_time_s",
+                  "compile_first_s", "compile_median_s", "peak_rss_bytes", "rss_before_sweep_bytes"):
+            assert c[k] > 0, (c["label"], k, c[k])
+        assert c["peak_rss_bytes"] >= c["rss_before_sweep_bytes"]
+    with open(tmp_path / "scaling_smoke.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
