@@ -54,6 +54,8 @@ class FiniteMDP(NamedTuple):
 
 def _as_float_array(name: str, value, ndim: int | None) -> np.ndarray:
     try:
+        if np.asarray(value).dtype.kind == "c":
+            raise ValueError("complex values")
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{name}: expected a numeric array ({e})") from None
@@ -122,7 +124,7 @@ def make_mdp(
     phi = _as_float_array("phi", phi, 2)
     if phi.shape[0] != S or phi.shape[1] == 0:
         raise ValueError(f"phi: expected shape (S, k) with S = {S} rows and k > 0, got {phi.shape}")
-    if isinstance(gamma, (str, bytes)):  # float("0.9") would accept a string
+    if isinstance(gamma, (str, bytes, bool, np.bool_)):  # float("0.9") and float(True) would pass
         raise ValueError(f"gamma: expected a number in [0, 1), got {gamma!r}")
     try:
         g = float(gamma)

@@ -52,6 +52,9 @@ def learning_curves(ax, results: dict[str, SweepResult], title: str = "", metric
     for name, r in results.items():
         b = r.best_index(metric)
         mean, std = r.curve(b, metric)
+        # +inf marks "every seed diverged" (see bec_jax.results): nothing to draw there.
+        mean = np.where(np.isfinite(mean), mean, np.nan)
+        std = np.where(np.isfinite(std), std, np.nan)
         steps = r.steps
         c = COLORS.get(name)
         frac = r.diverged_fraction[b]

@@ -2,13 +2,25 @@
 the summary records, and save/load (`curves.npz` + a JSON sidecar).
 
 Shapes: G grid points, N seeds, L logged points (step 0 included), M metrics.
-Statistics across seeds are taken over the seeds that have not diverged; a grid
-point whose seeds all diverged has NaN statistics (null in JSON).
+Statistics across seeds are taken over the seeds that have not diverged.
+
+Divergence convention: the error of a diverged run is unbounded, so it is +inf,
+never NaN. Where every seed of a grid point has diverged, the point's mean, std
+and sem are +inf from that logged step on, and a diverged seed's `final` value is
++inf. JSON has no infinity: `summary.json` writes null there (`final_mean` and
+`final_std` null when every seed diverged, `auc` null when any did). A NaN in a
+saved statistic therefore never means "diverged"; `sweep.run` warns if one appears.
+
+Interrupted sweeps: `ChunkStore` keeps each finished chunk of a running sweep in
+DIR/chunks/ (one `chunk_00003.npz` per chunk, written atomically, plus a manifest
+with the spec and chunk size), so `bec-jax run --resume` can skip them.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 
@@ -30,11 +42,14 @@ class SweepResult:
       steps: (L,) the step of each logged point (0, log_every, ..., steps).
       alpha, beta, zeta: (G,) the grid, NaN for step sizes the algorithm does not use.
       mean, std, sem: (M, G, L) mean, standard deviation (ddof=0) and standard
-        error (ddof=1) across surviving seeds.
+        error (ddof=1) across surviving seeds; +inf where no seed survives
+        (alive == 0), never NaN.
       alive: (G, L) number of seeds not yet diverged at each logged point.
-      final: (M, G, N) per-seed final metric values, NaN for diverged seeds.
-      diverged_step: (G, N) the step at which a seed's parameters stopped being
-        finite or passed the bound (its state is frozen from then on); -1 if never.
+      final: (M, G, N) per-seed final metric values, +inf for diverged seeds.
+      diverged_step: (G, N) when a seed's parameters stopped being finite or
+        passed the divergence bound: the last step of the log block in which it
+        happened (so a multiple of `log_every`; the state is frozen at the
+        block's start from then on); -1 if never.
       meta: timings, versions and device, as recorded by the run.
     """
 
@@ -101,7 +116,7 @@ class SweepResult:
         return int(order[0])
 
     def final_mean(self, metric: str | None = None) -> np.ndarray:
-        """(G,) mean metric at the last logged step over surviving seeds (NaN if none)."""
+        """(G,) mean metric at the last logged step over surviving seeds (+inf if none)."""
         return self.mean[self._m(metric), :, -1]
 
     def sensitivity(self, over: str = "alpha", *, stat: str = "final", metric: str | None = None,
@@ -114,7 +129,7 @@ class SweepResult:
           fixed: optional {name: value} restricting the other step sizes. Without
             it, for each x value the best over the other step sizes is taken.
 
-        Returns a dict with "x" (sorted values), "y" (error; NaN where every seed
+        Returns a dict with "x" (sorted values), "y" (error; +inf where every seed
         diverged), "diverged" (fraction of seeds diverged at the chosen point)
         and "index" (the grid point used for each x).
         """
@@ -144,8 +159,9 @@ class SweepResult:
 
     def summary(self, metric: str | None = None) -> list[dict]:
         """One record per grid point: env, algorithm, alpha, beta, zeta (None where
-        unused), final_mean, final_std (None when every seed diverged), auc (None
-        when any seed diverged) and diverged_fraction."""
+        unused), final_mean, final_std (None, null in JSON, when every seed
+        diverged: the error is unbounded), auc (None when any seed diverged) and
+        diverged_fraction."""
         m = self._m(metric)
         auc = self.auc(metric)
         recs = []
@@ -179,13 +195,12 @@ class SweepResult:
 
     def save(self, out_dir: str) -> None:
         """Writes `curves.npz`, `summary.json` and `meta.json` (spec, versions,
-        device, timings) into `out_dir`, each atomically (temporary file + rename)."""
+        device, timings) into `out_dir`, each atomically (temporary file + rename).
+        The JSON files are strict JSON: a non-finite number is written as null."""
         os.makedirs(out_dir, exist_ok=True)
-        _atomic_write(os.path.join(out_dir, CURVES_FILE), lambda f: np.savez(f, **self.arrays()), binary=True)
-        _atomic_write(os.path.join(out_dir, SUMMARY_FILE),
-                      lambda f: json.dump(self.summary(), f, indent=1))
-        meta = dict(self.meta, spec=self.spec.to_dict())
-        _atomic_write(os.path.join(out_dir, META_FILE), lambda f: json.dump(meta, f, indent=1))
+        atomic_write(os.path.join(out_dir, CURVES_FILE), lambda f: np.savez(f, **self.arrays()), binary=True)
+        write_json(os.path.join(out_dir, SUMMARY_FILE), self.summary())
+        write_json(os.path.join(out_dir, META_FILE), dict(self.meta, spec=self.spec.to_dict()))
 
     @classmethod
     def load(cls, out_dir: str) -> "SweepResult":
@@ -200,16 +215,145 @@ class SweepResult:
                        final=stack("final"), diverged_step=z["diverged_step"], meta=meta)
 
 
-def _atomic_write(path: str, write, binary: bool = False) -> None:
-    """Writes through a temporary file in the same directory, then renames, so a
-    reader never sees a half-written file."""
+TMP_PREFIX = ".tmp-"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: str, write, binary: bool = False) -> None:
+    """Calls `write(f)` on a temporary file in the same directory, flushes it to
+    disk, then renames it over `path`: a reader (or a run interrupted at any
+    moment) sees the old file or the new one, never half of one. The file gets the
+    usual permissions (0666 less the umask), not mkstemp's 0600."""
     d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=TMP_PREFIX, suffix=os.path.splitext(path)[1])
     try:
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+_atomic_write = atomic_write  # the old private name
+
+
+def json_ready(obj):
+    """`obj` with every non-finite float (and numpy scalar) replaced by a JSON
+    value: +-inf and NaN become None (JSON has no infinity)."""
+    if isinstance(obj, dict):
+        return {k: json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_ready(obj.tolist())
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(obj) else None
+    return obj
+
+
+def write_json(path: str, obj) -> None:
+    """Writes `obj` as strict JSON (non-finite floats as null), atomically."""
+    atomic_write(path, lambda f: json.dump(json_ready(obj), f, indent=1, allow_nan=False))
+
+
+# --------------------------------------------------------------- interrupted runs
+
+CHUNKS_DIR = "chunks"
+MANIFEST_FILE = "manifest.json"
+
+
+class ChunkStore:
+    """The finished chunks of a sweep, kept on disk while it runs so an
+    interrupted run can resume: `DIR/chunks/manifest.json` (the spec, the chunk
+    size, the device count and the number of chunks) and one
+    `DIR/chunks/chunk_00003.npz` per finished chunk (the program's outputs for
+    that chunk's grid points), each written atomically. A chunk file is there
+    complete or not at all."""
+
+    def __init__(self, out_dir: str):
+        self.out_dir = out_dir
+        self.dir = os.path.join(out_dir, CHUNKS_DIR)
+        self.manifest_path = os.path.join(self.dir, MANIFEST_FILE)
+
+    def exists(self) -> bool:
+        return os.path.isfile(self.manifest_path)
+
+    def chunk_path(self, index: int) -> str:
+        return os.path.join(self.dir, f"chunk_{index:05d}.npz")
+
+    def read_manifest(self) -> dict:
+        try:
+            with open(self.manifest_path) as f:
+                m = json.load(f)
+            m["spec"] = SweepSpec.from_dict(m["spec"])
+            for k in ("chunk_size", "num_chunks", "num_devices"):
+                if not isinstance(m.get(k), int) or isinstance(m.get(k), bool):
+                    raise ValueError(f"bad {k}")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"resume: cannot read {self.manifest_path!r} ({e}); "
+                             "start over with --overwrite") from None
+        return m
+
+    def start(self, spec: SweepSpec, chunk_size: int, num_chunks: int, num_devices: int,
+              backend: str) -> None:
+        """Begins a fresh run: removes any earlier chunks and writes the manifest."""
+        self.remove()
+        os.makedirs(self.dir)
+        write_json(self.manifest_path, {
+            "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": num_chunks,
+            "num_devices": num_devices, "backend": backend})
+
+    def check(self, spec: SweepSpec, chunk_size: int | None = None) -> dict:
+        """The manifest of the run to resume; `ValueError` naming the first field in
+        which `spec` (or an explicit `chunk_size`) differs from it."""
+        m = self.read_manifest()
+        old, new = m["spec"].to_dict(), spec.to_dict()
+        for k in old:
+            if old[k] != new[k]:
+                raise ValueError(f"{k}: differs from the interrupted run in {self.out_dir!r} "
+                                 f"({old[k]!r} there, {new[k]!r} here); resume with the same spec "
+                                 "or start over with --overwrite")
+        if chunk_size is not None and chunk_size != m["chunk_size"]:
+            raise ValueError(f"chunk_size: the interrupted run used {m['chunk_size']}, got {chunk_size}; "
+                             "resume with the same chunk size (or leave --chunk-size out)")
+        return m
+
+    def save(self, index: int, arrays: dict) -> None:
+        atomic_write(self.chunk_path(index), lambda f: np.savez(f, **arrays), binary=True)
+
+    def load_done(self) -> dict[int, dict]:
+        """{index: arrays} of the finished chunks. Leftover temporary files of a
+        write that was cut short are removed; an unreadable chunk file is skipped
+        (that chunk runs again)."""
+        done = {}
+        for name in sorted(os.listdir(self.dir)):
+            path = os.path.join(self.dir, name)
+            if name.startswith(TMP_PREFIX):
+                os.unlink(path)
+                continue
+            if not (name.startswith("chunk_") and name.endswith(".npz")):
+                continue
+            try:
+                index = int(name[len("chunk_"):-len(".npz")])
+                with np.load(path) as z:
+                    done[index] = {k: z[k] for k in z.files}
+            except (OSError, ValueError, KeyError):
+                continue
+        return done
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)

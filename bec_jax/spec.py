@@ -26,18 +26,46 @@ def _static(default=dataclasses.MISSING, **kw):
     return field(default=default, metadata=dict(static=True), **kw)
 
 
+# Step counters and diverged steps are int32 inside the program; seeds key a
+# 32-bit PRNG (in JAX's default 32-bit mode key(2**32) equals key(0)).
+MAX_INT32 = 2**31 - 1
+SEED_LIMIT = 2**32
+# Largest divergence bound per dtype: a run within it has metrics (sums of squares
+# of affine maps of theta) far from overflow.
+MAX_BOUND = {"float32": 1e15, "float64": 1e150}
+
+
 def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
+def _is_real(x) -> bool:
+    """A real number: int or float (numpy's too), never bool or a string."""
+    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
+
+
 def _check_step(name: str, value: Any) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: step sizes must be numbers, got {value!r}") from None
+    if not _is_real(value):
+        raise ValueError(f"{name}: step sizes must be numbers, got {value!r}")
+    v = float(value)
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{name}: step sizes must be finite and > 0, got {value!r}")
     return v
+
+
+def _key(k: Any) -> str:
+    """A dict key as an error message names it: plain if it looks like a field name."""
+    return k if isinstance(k, str) and k.isidentifier() else repr(k)
+
+
+def _as_tuple(name: str, value: Any) -> tuple:
+    """A list field as a tuple (a lone value becomes a 1-tuple); ValueError if it cannot be one."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        return (value,)
+    try:
+        return tuple(value)
+    except Exception:  # e.g. a 0-d numpy array, an object whose iteration fails
+        raise ValueError(f"{name}: expected a list, got {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -52,15 +80,26 @@ class ScheduleSpec:
     p_zeta: float = 0.8
 
     def __post_init__(self):
-        if self.kind not in SCHEDULES:
+        if not isinstance(self.kind, str) or self.kind not in SCHEDULES:
             raise ValueError(f"schedule: unknown schedule {self.kind!r}; known: {', '.join(SCHEDULES)}")
-        t0 = float(self.t0) if isinstance(self.t0, (int, float)) else float("nan")
+        t0 = float(self.t0) if _is_real(self.t0) else float("nan")
         if not (math.isfinite(t0) and t0 > 0):
             raise ValueError(f"schedule.t0: must be a finite number > 0, got {self.t0!r}")
         for name in ("p_alpha", "p_beta", "p_zeta"):
             p = getattr(self, name)
-            if not isinstance(p, (int, float)) or not (0 < float(p) <= 1):
+            if not _is_real(p) or not (0 < float(p) <= 1):
                 raise ValueError(f"schedule.{name}: must be a number in (0, 1], got {p!r}")
+        for name in ("t0", "p_alpha", "p_beta", "p_zeta"):  # numpy scalars would not serialise
+            object.__setattr__(self, name, float(getattr(self, name)))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ScheduleSpec":
+        """Builds a schedule from a dict; unknown keys raise `ValueError` naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        bad = sorted((k for k in d if k not in known), key=str)
+        if bad:
+            raise ValueError(f"schedule.{_key(bad[0])}: unknown field; known: {', '.join(sorted(known))}")
+        return cls(**d)
 
 
 @jax.tree_util.register_dataclass
@@ -93,51 +132,66 @@ class SweepSpec:
 
     def __post_init__(self):
         # Normalise lists to tuples so specs hash, compare and serialise alike.
+        # Any bad value, of any type, is a ValueError naming the field.
         for name in ("alpha", "beta", "zeta", "metrics"):
-            v = getattr(self, name)
-            if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
-                v = (v,)
-            object.__setattr__(self, name, tuple(v))
+            object.__setattr__(self, name, _as_tuple(name, getattr(self, name)))
         if self.points is not None:
-            object.__setattr__(self, "points", tuple(tuple(p) for p in self.points))
+            pts = _as_tuple("points", self.points)
+            object.__setattr__(self, "points", tuple(_as_tuple(f"points[{i}]", p) for i, p in enumerate(pts)))
         if isinstance(self.schedule, dict):
-            object.__setattr__(self, "schedule", ScheduleSpec(**self.schedule))
+            object.__setattr__(self, "schedule", ScheduleSpec.from_dict(self.schedule))
         self.validate()
+        # Valid numbers become Python ints and floats (numpy scalars would not serialise).
+        for name in STEP_NAMES:
+            object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
+        for name in ("seeds", "steps", "log_every", "seed"):
+            object.__setattr__(self, name, int(getattr(self, name)))
+        object.__setattr__(self, "divergence_bound", float(self.divergence_bound))
+        if self.points is not None:
+            object.__setattr__(self, "points", tuple(tuple(None if v is None else float(v) for v in p)
+                                                     for p in self.points))
 
     # -- validation ------------------------------------------------------------
     def validate(self) -> None:
         """Raises `ValueError` naming the first bad field, its value and what is allowed."""
-        if self.env not in envs.REGISTRY:
+        if not isinstance(self.env, str) or self.env not in envs.REGISTRY:
             raise ValueError(f"env: unknown environment {self.env!r}; known: {', '.join(envs.names())}")
-        if self.algorithm not in algorithms.REGISTRY:
+        if not isinstance(self.algorithm, str) or self.algorithm not in algorithms.REGISTRY:
             raise ValueError(f"algorithm: unknown algorithm {self.algorithm!r}; "
                              f"known: {', '.join(algorithms.names())}")
-        if self.sampler not in sampling.KINDS:
+        if not isinstance(self.sampler, str) or self.sampler not in sampling.KINDS:
             raise ValueError(f"sampler: unknown sampler {self.sampler!r}; known: {', '.join(sampling.KINDS)}")
         if not self.metrics:
             raise ValueError(f"metrics: give at least one of {', '.join(METRICS)}")
         for m in self.metrics:
-            if m not in METRICS:
+            if not isinstance(m, str) or m not in METRICS:
                 raise ValueError(f"metrics: unknown metric {m!r}; known: {', '.join(METRICS)}")
         if len(set(self.metrics)) != len(self.metrics):
             raise ValueError(f"metrics: each metric at most once, got {list(self.metrics)}")
-        if self.dtype not in DTYPES:
+        if not isinstance(self.dtype, str) or self.dtype not in DTYPES:
             raise ValueError(f"dtype: unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
         for name in ("seeds", "steps", "log_every"):
             v = getattr(self, name)
             if not _is_int(v) or v <= 0:
                 raise ValueError(f"{name}: must be a positive integer, got {v!r}")
+            if v > MAX_INT32:
+                raise ValueError(f"{name}: must be at most 2**31 - 1 = {MAX_INT32}, got {v!r}")
         if self.log_every > self.steps:
             raise ValueError(f"log_every: must be at most steps = {self.steps}, got {self.log_every}")
         if self.steps % self.log_every:
             raise ValueError(f"log_every: must divide steps = {self.steps}, got {self.log_every}")
-        if not _is_int(self.seed) or self.seed < 0:
-            raise ValueError(f"seed: must be a non-negative integer, got {self.seed!r}")
+        if not _is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
         b = self.divergence_bound
-        if not isinstance(b, (int, float)) or not (math.isfinite(b) and b > 0):
+        if not _is_real(b) or not (math.isfinite(b) and b > 0):
             raise ValueError(f"divergence_bound: must be a finite number > 0, got {b!r}")
+        if b > MAX_BOUND[self.dtype]:
+            raise ValueError(f"divergence_bound: must be at most {MAX_BOUND[self.dtype]:g} in {self.dtype} "
+                             f"(so the metrics of a surviving run cannot overflow), got {b!r}")
         if not isinstance(self.schedule, ScheduleSpec):
-            raise ValueError(f"schedule: expected a ScheduleSpec, got {self.schedule!r}")
+            raise ValueError(f"schedule: expected a ScheduleSpec (in a config file: a name such as "
+                             f"\"robbins_monro\" or a table of kind, t0, p_alpha, p_beta, p_zeta), "
+                             f"got {self.schedule!r}")
         self._check_grid()
 
     def _check_grid(self) -> None:
@@ -211,17 +265,13 @@ class SweepSpec:
         if not isinstance(d, dict):
             raise ValueError(f"spec: expected a table of fields, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
+        unknown = sorted((k for k in d if k not in known), key=str)
         if unknown:
-            raise ValueError(f"{unknown[0]}: unknown field; known: {', '.join(sorted(known))}")
+            raise ValueError(f"{_key(unknown[0])}: unknown field; known: {', '.join(sorted(known))}")
         d = dict(d)
         sched = d.get("schedule")
         if isinstance(sched, dict):
-            sk = {f.name for f in dataclasses.fields(ScheduleSpec)}
-            bad = sorted(set(sched) - sk)
-            if bad:
-                raise ValueError(f"schedule.{bad[0]}: unknown field; known: {', '.join(sorted(sk))}")
-            d["schedule"] = ScheduleSpec(**sched)
+            d["schedule"] = ScheduleSpec.from_dict(sched)
         elif isinstance(sched, str):
             d["schedule"] = ScheduleSpec(kind=sched)
         return cls(**d)

@@ -21,6 +21,7 @@ import math
 import platform
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -56,12 +57,17 @@ def _step_size_factors(schedule: ScheduleSpec, t: jax.Array, dtype) -> StepSizes
 
 def _run_ok(state, bound: float) -> jax.Array:
     """(G, N) True where every float leaf of the state is finite and within the bound
-    (NaN fails the comparison, so it counts as diverged)."""
+    (NaN fails the comparison, so it counts as diverged). The max over a leaf's
+    feature axis is unrolled: a minor-axis reduction is slow on CPU (see
+    `algorithms.base.vdot`)."""
     ok = None
     for x in jax.tree_util.tree_leaves(state):
         if not jnp.issubdtype(x.dtype, jnp.floating):
             continue
-        m = jnp.abs(x).reshape(x.shape[:2] + (-1,)).max(axis=-1)
+        x = jnp.abs(x.reshape(x.shape[:2] + (-1,)))
+        m = x[..., 0]
+        for i in range(1, x.shape[-1]):
+            m = jnp.maximum(m, x[..., i])
         leaf_ok = m <= bound
         ok = leaf_ok if ok is None else ok & leaf_ok
     return ok
@@ -115,16 +121,20 @@ def make_program(spec: SweepSpec, chunk: int, devices=None) -> Program:
     dtype = jnp.dtype(spec.dtype)
     sampler = sampling.make_sampler(env, spec.sampler, dtype)
     mets = [analysis.metric(env, m) for m in spec.metrics]
-    rows = max(m.R.shape[0] for m in mets)
-    # Stack metrics (zero rows pad: they add nothing to the sum of squares).
-    R = jnp.asarray(np.stack([np.pad(m.R, ((0, rows - m.R.shape[0]), (0, 0))) for m in mets]), dtype)
-    h = jnp.asarray(np.stack([np.pad(m.h, (0, rows - m.h.shape[0])) for m in mets]), dtype)
     theta0 = jnp.asarray(env.theta0, dtype)
     K, L, nu = spec.log_every, spec.steps // spec.log_every, sampler.num_uniforms
     bound = float(spec.divergence_bound)
     schedule = spec.schedule
 
     update_grid_seed = jax.vmap(jax.vmap(alg.update, in_axes=(0, 0, None)), in_axes=(0, None, 0))
+
+    # Stack metrics (zero rows pad: they add nothing to the sum of squares). An
+    # unrolled form of this product fuses better but rounds differently with the
+    # batch size (FMA contraction in vector vs remainder loops), which would break
+    # bitwise chunk-size independence; it runs once per log block, so keep einsum.
+    rows = max(m.R.shape[0] for m in mets)
+    R = jnp.asarray(np.stack([np.pad(m.R, ((0, rows - m.R.shape[0]), (0, 0))) for m in mets]), dtype)
+    h = jnp.asarray(np.stack([np.pad(m.h, (0, rows - m.h.shape[0])) for m in mets]), dtype)
 
     def metric_values(states) -> jax.Array:
         theta = states.theta  # (G, N, k)
@@ -243,9 +253,52 @@ def _progress(done: int, total: int, t0: float) -> None:
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 
 
+def plan_chunk(spec: SweepSpec, chunk_size: int | None = None, n_devices: int = 1,
+               memory_budget: int = 2 << 30) -> int:
+    """The grid points per compiled call `run` uses: `chunk_size` rounded up to a
+    multiple of the device count, or by default all that fit in `memory_budget`."""
+    if chunk_size is None:
+        return choose_chunk(spec, n_devices, memory_budget)
+    if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size <= 0:
+        raise ValueError(f"chunk_size: must be a positive integer, got {chunk_size!r}")
+    return -(-int(chunk_size) // n_devices) * n_devices
+
+
+def num_chunks(spec: SweepSpec, chunk: int) -> int:
+    """How many compiled calls a sweep of `spec` makes with `chunk` points each."""
+    return -(-spec.num_points // chunk)
+
+
+def _unbounded_where_diverged(cat: dict) -> dict:
+    """The program reports NaN statistics where no seed is alive and NaN finals for
+    diverged seeds; the saved convention is +inf there (the error is unbounded).
+    Shapes here: mean/std/sem (G, M, L), alive (G, L), final (G, M, N), diverged_step (G, N)."""
+    cat = dict(cat)
+    dead = (cat["alive"] == 0)[:, None, :]
+    for k in ("mean", "std", "sem"):
+        cat[k] = np.where(dead, np.inf, cat[k])
+    cat["final"] = np.where((cat["diverged_step"] >= 0)[:, None, :], np.inf, cat["final"])
+    return cat
+
+
+def _check_finite(cat: dict) -> None:
+    """Warns when a statistic is NaN or a surviving run's final value is not finite:
+    the divergence check should have caught such a run, so the numbers are suspect."""
+    bad = {k: int(np.isnan(cat[k]).sum()) for k in ("mean", "std", "sem")}
+    alive_final = (cat["diverged_step"] < 0)[:, None, :]
+    bad["final of surviving seeds"] = int((~np.isfinite(cat["final"]) & alive_final).sum())
+    bad = {k: v for k, v in bad.items() if v}
+    if bad:
+        warnings.warn("sweep: non-finite values that the divergence check did not flag ("
+                      + ", ".join(f"{k}: {v}" for k, v in bad.items())
+                      + "); these statistics are not trustworthy", RuntimeWarning, stacklevel=3)
+
+
 def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
         memory_budget: int = 2 << 30, progress: bool | None = None,
-        compiler_options: dict | None = None) -> SweepResult:
+        compiler_options: dict | None = None,
+        on_chunk: Callable[[int, dict], None] | None = None,
+        done_chunks: dict[int, dict] | None = None) -> SweepResult:
     """Runs the sweep and returns a `SweepResult`.
 
     Args:
@@ -258,50 +311,82 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
         has taken more than 2 seconds).
       compiler_options: XLA options for the compile (default on CPU:
         `CPU_COMPILER_OPTIONS`; none elsewhere).
+      on_chunk: called as `on_chunk(index, arrays)` after chunk `index` (of
+        `num_chunks(spec, chunk)`) has run, with the program's outputs for that
+        chunk's grid points (numpy arrays, grid axis first, padding removed).
+        An exception it raises stops the run (the chunks done so far were
+        reported). `results.ChunkStore.save` is such a callback.
+      done_chunks: {index: arrays} of chunks already computed (as passed to
+        `on_chunk` by an earlier run of the same spec and chunk size): they are
+        not run again. With every chunk done nothing is compiled.
+
+    Where every seed of a grid point has diverged, its statistics are +inf, and a
+    diverged seed's final values are +inf (see `SweepResult`).
     """
     if spec.dtype == "float64" and not jax.config.jax_enable_x64:
         raise ValueError("dtype: float64 needs JAX's 64-bit mode; set JAX_ENABLE_X64=1 "
                          "or jax.config.update('jax_enable_x64', True) before running")
     devices = list(devices) if devices is not None else jax.devices()
     n_dev = len(devices)
-    if chunk_size is None:
-        chunk = choose_chunk(spec, n_dev, memory_budget)
-    else:
-        if not isinstance(chunk_size, int) or chunk_size <= 0:
-            raise ValueError(f"chunk_size: must be a positive integer, got {chunk_size!r}")
-        chunk = -(-chunk_size // n_dev) * n_dev
-    program = make_program(spec, chunk, devices)
+    chunk = plan_chunk(spec, chunk_size, n_dev, memory_budget)
     dtype = jnp.dtype(spec.dtype)
-    keys = seed_keys(spec)
-    if program.mesh is not None:
-        keys = jax.device_put(keys, NamedSharding(program.mesh, PartitionSpec()))
-        grid_sharding = NamedSharding(program.mesh, PartitionSpec(GRID_AXIS))
     chunks = list(_grid_chunks(spec, chunk, dtype))
+    done = dict(done_chunks or {})
+    for i, arrays in done.items():
+        if not 0 <= i < len(chunks):
+            raise ValueError(f"done_chunks: chunk {i} does not exist (the sweep has {len(chunks)} "
+                             f"chunks of {chunk} points)")
+        start, stop, _ = chunks[i]
+        for name, arr in arrays.items():
+            if np.shape(arr)[:1] != (stop - start,):
+                raise ValueError(f"done_chunks: chunk {i}'s {name!r} has shape {np.shape(arr)}; "
+                                 f"expected {stop - start} grid points first (a different chunk size?)")
+    todo = [i for i in range(len(chunks)) if i not in done]
 
-    t = time.perf_counter()
-    first_grid = chunks[0][2]
-    if program.mesh is not None:
-        first_grid = jax.device_put(first_grid, grid_sharding)
-    if compiler_options is None:
-        compiler_options = CPU_COMPILER_OPTIONS if devices[0].platform == "cpu" else {}
-    compiled = program.fn.lower(keys, first_grid).compile(compiler_options or None)
-    compile_time = time.perf_counter() - t
-
-    parts: dict[str, list] = {}
-    t = time.perf_counter()
-    for i, (start, stop, grid) in enumerate(chunks):
+    compile_time = 0.0
+    if todo:
+        program = make_program(spec, chunk, devices)
+        keys = seed_keys(spec)
         if program.mesh is not None:
-            grid = jax.device_put(grid, grid_sharding)
-        out = jax.device_get(compiled(keys, grid))
-        for name, arr in out.items():
-            parts.setdefault(name, []).append(np.asarray(arr)[: stop - start])
-        if progress or (progress is None and len(chunks) > 1 and time.perf_counter() - t > 2.0):
-            _progress(i + 1, len(chunks), t)
+            keys = jax.device_put(keys, NamedSharding(program.mesh, PartitionSpec()))
+            grid_sharding = NamedSharding(program.mesh, PartitionSpec(GRID_AXIS))
+        t = time.perf_counter()
+        first_grid = chunks[todo[0]][2]
+        if program.mesh is not None:
+            first_grid = jax.device_put(first_grid, grid_sharding)
+        if compiler_options is None:
+            compiler_options = CPU_COMPILER_OPTIONS if devices[0].platform == "cpu" else {}
+        compiled = program.fn.lower(keys, first_grid).compile(compiler_options or None)
+        compile_time = time.perf_counter() - t
+
+    results: dict[int, dict] = dict(done)
+    t = time.perf_counter()
+    shown = False
+    try:
+        for n, i in enumerate(todo):
+            start, stop, grid = chunks[i]
+            if program.mesh is not None:
+                grid = jax.device_put(grid, grid_sharding)
+            out = jax.device_get(compiled(keys, grid))
+            results[i] = {name: np.asarray(arr)[: stop - start] for name, arr in out.items()}
+            if on_chunk is not None:
+                on_chunk(i, results[i])
+            if progress or (progress is None and len(todo) > 1 and time.perf_counter() - t > 2.0):
+                _progress(len(done) + n + 1, len(chunks), t)
+                shown = n + 1 < len(todo)
+    finally:
+        if shown:  # end an unfinished progress line before anyone else writes
+            sys.stderr.write("\n")
+            sys.stderr.flush()
     run_time = time.perf_counter() - t
 
-    cat = {k: np.concatenate(v) for k, v in parts.items()}
+    names = list(results[0])
+    cat = _unbounded_where_diverged({k: np.concatenate([results[i][k] for i in range(len(chunks))])
+                                     for k in names})
+    _check_finite(cat)
     grid_np = spec.grid_arrays()
     n_updates = spec.num_points * spec.seeds * spec.steps
+    computed = sum(chunks[i][1] - chunks[i][0] for i in todo) * spec.seeds * spec.steps
     meta = {
         "bec_jax_version": bec_jax.__version__,
         "jax_version": jax.__version__,
@@ -313,10 +398,11 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
         "num_devices": n_dev,
         "chunk_size": chunk,
         "num_chunks": len(chunks),
+        "resumed_chunks": len(done),
         "compile_time_s": compile_time,
         "run_time_s": run_time,
         "updates": n_updates,
-        "updates_per_s": n_updates / run_time if run_time > 0 else None,
+        "updates_per_s": computed / run_time if run_time > 0 and computed else None,
     }
     return SweepResult(
         spec=spec,

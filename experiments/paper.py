@@ -4,13 +4,17 @@
 the appendix's full step-size grid with 50 seeds (1000 steps on Boyan, 2000 on the
 two counterexamples), RMSCBE as the error, and writes the figures, the table, the
 2-state lemma check and a report of the paper's claims against this run.
+
+Every file is written atomically (temporary file + rename). `meta.json` carries
+`"kind": "bec-jax reproduce"` from the start of a run (with `"complete": false`
+until the end), so `bec-jax reproduce` recognises, and may overwrite, its own
+earlier output, even an interrupted one.
 """
 from __future__ import annotations
 
 import csv
 import io
 import itertools
-import json
 import multiprocessing
 import os
 import platform
@@ -23,7 +27,7 @@ import numpy as np
 import bec_jax
 from bec_jax import analysis, envs, plotting, sweep
 from bec_jax.algorithms import StepSizes
-from bec_jax.results import SweepResult
+from bec_jax.results import SweepResult, atomic_write, write_json
 from bec_jax.spec import SweepSpec
 
 ALGORITHMS = ("td", "tdc", "ctd", "ctdc")
@@ -85,10 +89,14 @@ def run_all(quick: bool = False, log=print) -> dict[str, dict[str, SweepResult]]
     return {env: run_env(env, quick, log) for env in PAPER}
 
 
+KIND = "bec-jax reproduce"  # meta.json's marker of this output (see bec_jax.cli)
+
+
 def save_figure(fig, out_dir: str, name: str) -> None:
-    """Writes `name`.png and `name`.pdf and closes the figure."""
+    """Writes `name`.png and `name`.pdf (each atomically) and closes the figure."""
     for ext in ("png", "pdf"):
-        fig.savefig(os.path.join(out_dir, f"{name}.{ext}"), dpi=130)
+        atomic_write(os.path.join(out_dir, f"{name}.{ext}"),
+                     lambda f, ext=ext: fig.savefig(f, format=ext, dpi=130), binary=True)
     plotting.plt.close(fig)
 
 
@@ -262,7 +270,7 @@ def claims(results, rows, long_run: dict | None = None) -> list[dict]:
             f"{env}: largest slow-ODE eigenvalue of TD = {_slow_eig(env, 'td'):+.4g} (> 0: unstable for every "
             f"step size); over the {r.num_points} alphas, {len(v['diverged'])} hit the divergence bound and "
             f"{len(v['growing'])} grew (final/initial RMSCBE from {np.nanmin(ratios):.3g} to {np.nanmax(ratios):.3g}, "
-            f"NaN where every seed diverged); not diverging: {_where(r, bad)}.")
+            f"inf where every seed diverged); not diverging: {_where(r, bad)}.")
     out.append({"claim": "Off-policy TD diverges (2-state and 7-state counterexamples).",
                 "holds": ok, "evidence": lines})
 
@@ -378,6 +386,8 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None) -> str:
 def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = False, log=print) -> dict:
     """Runs everything and writes the figures, table, lemma check and report to `out_dir`."""
     t_all = time.perf_counter()
+    os.makedirs(out_dir, exist_ok=True)
+    write_json(os.path.join(out_dir, "meta.json"), {"kind": KIND, "complete": False, "quick": quick})
     log(f"bec-jax reproduce{' --quick' if quick else ''}: {jax.devices()[0].platform} "
         f"x{len(jax.devices())}, writing to {out_dir}")
     # Matplotlib is slow and single-threaded; a spawned worker draws each
@@ -408,20 +418,17 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
         "run_s": sum(m["run_time_s"] for m in metas) + long_run["run_time_s"],
         "total_s": time.perf_counter() - t_all,
     }
-    with open(os.path.join(out_dir, "table.md"), "w") as f:
-        f.write(table_markdown(rows))
-    with open(os.path.join(out_dir, "table.csv"), "w") as f:
-        f.write(table_csv(rows))
+    atomic_write(os.path.join(out_dir, "table.md"), lambda f: f.write(table_markdown(rows)))
+    atomic_write(os.path.join(out_dir, "table.csv"), lambda f: f.write(table_csv(rows)))
     report = report_markdown(results, rows, lemma, timing, quick, long_run)
     timing["total_s"] = time.perf_counter() - t_all
-    with open(os.path.join(out_dir, "report.md"), "w") as f:
-        f.write(report)
-    meta = {"bec_jax_version": bec_jax.__version__, "jax_version": jax.__version__,
+    atomic_write(os.path.join(out_dir, "report.md"), lambda f: f.write(report))
+    meta = {"kind": KIND, "complete": True,
+            "bec_jax_version": bec_jax.__version__, "jax_version": jax.__version__,
             "python": platform.python_version(), "platform": platform.platform(), "quick": quick,
             "timing": timing, "lemma": lemma, "table": rows, "long_run": long_run,
             "specs": {env: {alg: r.spec.to_dict() for alg, r in by.items()} for env, by in results.items()}}
-    with open(os.path.join(out_dir, "meta.json"), "w") as f:
-        json.dump(meta, f, indent=1)
+    write_json(os.path.join(out_dir, "meta.json"), meta)  # non-finite numbers as null
     log(table_markdown(rows))
     log(f"done in {timing['total_s']:.1f} s (compile {timing['compile_s']:.1f} s, run {timing['run_s']:.1f} s); "
         f"see {out_dir}/report.md")

@@ -46,12 +46,15 @@ def test_divergence_is_flagged_and_isolated(full):
     assert np.all(full.diverged_fraction[4:] == 0.0)
     assert np.all(full.diverged_step[:4] > 0) and np.all(full.diverged_step[:4] <= 200)
     assert np.all(full.diverged_step[4:] == -1)
-    # Statistics of the healthy points are finite; the diverged ones are NaN only
-    # once no seed is left alive, and their final per-seed values are NaN.
+    # Statistics of the healthy points are finite; the diverged ones are +inf (the
+    # error is unbounded) only once no seed is left alive, and their final per-seed
+    # values are +inf. Never NaN.
     assert np.all(np.isfinite(full.mean[:, 4:])) and np.all(np.isfinite(full.std[:, 4:]))
     dead = full.alive[:4] == 0
-    assert np.all(np.isnan(full.mean[0, :4][dead])) and np.all(np.isfinite(full.mean[0, :4][~dead]))
-    assert np.all(np.isnan(full.final[:, :4]))
+    for stat in (full.mean, full.std, full.sem):
+        assert np.all(stat[:, :4][:, dead] == np.inf) and np.all(np.isfinite(stat[:, :4][:, ~dead]))
+        assert not np.isnan(stat).any()
+    assert np.all(full.final[:, :4] == np.inf)
     # Best point never picks a diverged setting; summary marks them.
     assert full.best_index() >= 4
     recs = full.summary()
@@ -67,7 +70,7 @@ def test_partial_divergence_statistics_use_survivors():
     r = sweep.run(spec)
     frac = r.diverged_fraction[0]
     assert 0 < frac < 1
-    alive_final = r.final[0, 0][~np.isnan(r.final[0, 0])]
+    alive_final = r.final[0, 0][np.isfinite(r.final[0, 0])]
     assert len(alive_final) == r.alive[0, -1]
     np.testing.assert_allclose(r.mean[0, 0, -1], alive_final.mean(), rtol=1e-6)
     np.testing.assert_allclose(r.std[0, 0, -1], alive_final.std(), rtol=1e-5)
@@ -157,7 +160,7 @@ def test_best_and_sensitivity(full):
     assert auc[b] == auc[np.isfinite(auc)].min()
     sens = full.sensitivity("alpha")
     np.testing.assert_allclose(sens["x"], sorted(ALPHAS))
-    assert sens["diverged"][-1] == 1.0 and np.isnan(sens["y"][-1])
+    assert sens["diverged"][-1] == 1.0 and sens["y"][-1] == np.inf
     fixed = full.sensitivity("beta", fixed={"alpha": 0.01, "zeta": 0.05})
     np.testing.assert_allclose(fixed["y"], full.final_mean()[[9, 11]])
     # Ties go to the lowest index.
