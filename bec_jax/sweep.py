@@ -77,6 +77,22 @@ def _bcast(mask: jax.Array, x: jax.Array) -> jax.Array:
     return mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
 
 
+def _tree_sum(x: jax.Array) -> jax.Array:
+    """Sum over the last axis by pairwise halving (zero-padded to a power of two).
+
+    Only elementwise adds, in an order fixed by the axis length alone: XLA's reduce
+    may sum in an order that depends on the rest of the batch shape, which would
+    make a grid point's statistics depend on the chunk size in the last bit."""
+    n = x.shape[-1]
+    width = 1 << max(0, (n - 1).bit_length())
+    if width != n:
+        x = jnp.concatenate([x, jnp.zeros(x.shape[:-1] + (width - n,), x.dtype)], axis=-1)
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = x[..., :half] + x[..., half:]
+    return x[..., 0]
+
+
 def _seed_stats(values: jax.Array, alive: jax.Array):
     """Mean, std (ddof=0) and sem (ddof=1) over the seed axis (last) among alive runs.
 
@@ -85,11 +101,10 @@ def _seed_stats(values: jax.Array, alive: jax.Array):
     cannot leak NaN or inf into the statistics.
     """
     alive = jnp.broadcast_to(alive[None], values.shape)
-    n = alive.sum(axis=-1).astype(values.dtype)  # (M, G)
-    v = jnp.where(alive, values, 0.0)
-    mean = v.sum(axis=-1) / n
+    n = alive.sum(axis=-1).astype(values.dtype)  # (M, G); integer counts are exact
+    mean = _tree_sum(jnp.where(alive, values, 0.0)) / n
     dev = jnp.where(alive, values - mean[..., None], 0.0)
-    ss = (dev * dev).sum(axis=-1)
+    ss = _tree_sum(dev * dev)
     std = jnp.sqrt(ss / n)
     sem = jnp.where(n > 1, jnp.sqrt(ss / jnp.maximum(n - 1, 1) / n), 0.0)
     return mean, std, sem
@@ -128,18 +143,26 @@ def make_program(spec: SweepSpec, chunk: int, devices=None) -> Program:
 
     update_grid_seed = jax.vmap(jax.vmap(alg.update, in_axes=(0, 0, None)), in_axes=(0, None, 0))
 
-    # Stack metrics (zero rows pad: they add nothing to the sum of squares). An
-    # unrolled form of this product fuses better but rounds differently with the
-    # batch size (FMA contraction in vector vs remainder loops), which would break
-    # bitwise chunk-size independence; it runs once per log block, so keep einsum.
-    rows = max(m.R.shape[0] for m in mets)
-    R = jnp.asarray(np.stack([np.pad(m.R, ((0, rows - m.R.shape[0]), (0, 0))) for m in mets]), dtype)
-    h = jnp.asarray(np.stack([np.pad(m.h, (0, rows - m.h.shape[0])) for m in mets]), dtype)
+    k = env.num_features
 
     def metric_values(states) -> jax.Array:
+        """(M, G, N) metrics of every run, ||R theta + h||, unrolled over R's
+        nonzeros (R is triangular) as elementwise arithmetic. A dot or einsum here
+        rounds differently depending on the batch shape (even between seeds of one
+        batch), which would make results depend on the chunk size."""
         theta = states.theta  # (G, N, k)
-        e = jnp.einsum("mrk,gnk->mgnr", R, theta) + h[:, None, None, :]
-        return jnp.sqrt(jnp.sum(e * e, axis=-1))  # (M, G, N)
+        cols = [theta[..., i] for i in range(k)]
+        out = []
+        for m in mets:
+            ss = None
+            for r in range(m.R.shape[0]):
+                e = jnp.full(theta.shape[:2], m.h[r], dtype)
+                for i in np.flatnonzero(m.R[r]):
+                    e = e + dtype.type(m.R[r, i]) * cols[i]
+                sq = e * e
+                ss = sq if ss is None else ss + sq
+            out.append(jnp.sqrt(ss))
+        return jnp.stack(out)
 
     def chunk_fn(seed_keys, grid: StepSizes):
         G, N = grid.alpha.shape[0], seed_keys.shape[0]

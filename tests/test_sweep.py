@@ -14,7 +14,8 @@ from bec_jax.algorithms.base import StepSizes
 from bec_jax.results import SweepResult
 from bec_jax.spec import ScheduleSpec, SweepSpec
 
-BAIRD = dict(env="baird", algorithm="ctdc", beta=(0.01, 0.1), zeta=(0.01, 0.05), seeds=7,
+# 50 seeds: with fewer, a batch-shape-dependent rounding can go unnoticed.
+BAIRD = dict(env="baird", algorithm="ctdc", beta=(0.01, 0.1), zeta=(0.01, 0.05), seeds=50,
              steps=200, log_every=20, metrics=("rmscbe", "rmspbe"))
 ALPHAS = (0.3, 0.005, 0.01)  # 0.3 diverges on Baird
 
@@ -190,6 +191,6 @@ def test_device_count_independence(full, tmp_path):
     z = np.load(out)
     assert int(z["ndev"]) == 4
     np.testing.assert_array_equal(z["dstep"], full.diverged_step)
-    # The sharded compile may fuse differently: equal to float32 rounding.
-    np.testing.assert_allclose(z["mean"], full.mean, rtol=2e-6, equal_nan=True)
-    np.testing.assert_allclose(z["final"], full.final, rtol=2e-6, equal_nan=True)
+    # Bitwise: the program has no reduction whose order depends on the batch shape.
+    np.testing.assert_array_equal(z["mean"], full.mean)
+    np.testing.assert_array_equal(z["final"], full.final)
