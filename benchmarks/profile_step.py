@@ -1,0 +1,81 @@
+"""What one step of the standard workload costs, and why.
+
+Prints the optimised XLA loop body of the bare CTDC update (576 grid points x 50
+seeds, the standard workload's shapes): every fusion and copy in it is one pass
+over the state. Then times that bare update loop against the full sweep, so the
+share of sampling and logging is visible.
+
+    python -m benchmarks.profile_step [--algorithm ctdc] [--steps 1000]
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import time
+
+import jax
+import jax.numpy as jnp
+
+from bec_jax import algorithms, sweep
+from bec_jax.algorithms.base import StepSizes
+from bec_jax.transition import Transition
+from experiments.paper import spec_for
+
+G, N, K = 576, 50, 4
+
+
+def bare_update_loop(name: str, steps: int):
+    """A jitted scan of `steps` vmapped updates on fixed random transitions."""
+    alg = algorithms.get(name)
+    keys = jax.random.split(jax.random.key(0), 3)
+    phi = jax.random.uniform(keys[0], (steps, N, K))
+    phi_next = jax.random.uniform(keys[1], (steps, N, K))
+    reward = jax.random.uniform(keys[2], (steps, N))
+    grid = StepSizes(jnp.linspace(0.01, 0.1, G), jnp.full(G, 0.1), jnp.full(G, 0.05))
+    update = jax.vmap(jax.vmap(alg.update, in_axes=(0, 0, None)), in_axes=(0, None, 0))
+    state = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G, N) + x.shape), alg.init(jnp.zeros(K)))
+
+    def body(s, xs):
+        p, pn, r = xs
+        return update(s, Transition(p, r, jnp.full_like(r, 0.9), pn, jnp.ones_like(r)), grid), None
+
+    f = jax.jit(lambda s: jax.lax.scan(body, s, (phi, phi_next, reward))[0])
+    return f.lower(state).compile(sweep.CPU_COMPILER_OPTIONS), state
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--algorithm", default="ctdc")
+    ap.add_argument("--steps", type=int, default=1000)
+    args = ap.parse_args(argv)
+    jax.config.update("jax_num_cpu_devices", 1)  # a one-core profile: no sharding
+
+    compiled, state = bare_update_loop(args.algorithm, args.steps)
+    text = compiled.as_text()
+    body = text[text.index("%region_0"):]
+    body = body[: body.index("\n}\n")]
+    print(f"optimised loop body of one {args.algorithm} step, ({G}, {N}, {K}) state, one device:")
+    passes = 0
+    for line in body.splitlines():
+        m = re.search(r"%(\S+) = (\S+) (fusion|copy)\(", line)
+        if m and "[]" not in m.group(2):
+            passes += 1
+            print(f"  {m.group(3):6s} {m.group(2):22s} {m.group(1)}")
+    print(f"{passes} passes over (G, N, ...) arrays per step")
+
+    jax.block_until_ready(compiled(state))
+    t = time.perf_counter()
+    jax.block_until_ready(compiled(state))
+    bare = time.perf_counter() - t
+    spec = spec_for("boyan_chain", args.algorithm) if args.algorithm == "ctdc" else None
+    print(f"bare update loop, one device: {bare * 1e3:.0f} ms for {args.steps} steps = "
+          f"{G * N * args.steps / bare / 1e6:.0f} M updates/s")
+    if spec is not None:
+        sweep.run(spec)
+        r = sweep.run(spec)
+        print(f"full sweep (sampling + logging every 10 steps), one device: {r.meta['run_time_s'] * 1e3:.0f} ms "
+              f"= {r.meta['updates_per_s'] / 1e6:.0f} M updates/s")
+
+
+if __name__ == "__main__":
+    main()
