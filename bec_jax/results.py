@@ -244,8 +244,6 @@ def atomic_write(path: str, write, binary: bool = False) -> None:
         raise
 
 
-_atomic_write = atomic_write  # the old private name
-
 
 def json_ready(obj):
     """`obj` with every non-finite float (and numpy scalar) replaced by a JSON

@@ -65,7 +65,7 @@ def _cdf(p: np.ndarray) -> np.ndarray:
 
 def build_tables(env: mdp_lib.FiniteMDP, dtype=jnp.float32) -> SamplerTables:
     """Builds the sampler tables of `env` (host-side, float64, then cast to `dtype`)."""
-    S, A = env.num_states, env.num_actions
+    S = env.num_states
     joint = env.mu[:, :, None] * env.P  # (S, A, S): mu(a|s) P(s'|s,a)
     rho = mdp_lib.rho(env)
     supports = [np.flatnonzero(joint[s].reshape(-1) > 0) for s in range(S)]

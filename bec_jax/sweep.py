@@ -17,7 +17,6 @@ O(grid x log points) out of it: no per-step parameters are kept.
 """
 from __future__ import annotations
 
-import math
 import platform
 import sys
 import time
@@ -33,6 +32,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import bec_jax
 from bec_jax import algorithms, analysis, envs, sampling
 from bec_jax.algorithms.base import StepSizes
+from bec_jax.schedules import robbins_monro
 from bec_jax.results import SweepResult
 from bec_jax.spec import STEP_NAMES, ScheduleSpec, SweepSpec
 
@@ -47,12 +47,11 @@ UNROLL = 1
 
 
 def _step_size_factors(schedule: ScheduleSpec, t: jax.Array, dtype) -> StepSizes:
-    """Multipliers of the grid's step sizes at step t (shared by all runs)."""
-    if schedule.kind == "constant":
-        one = jnp.ones((), dtype)
-        return StepSizes(one, one, one)
-    base = schedule.t0 / (t.astype(dtype) + schedule.t0)
-    return StepSizes(*(jnp.power(base, getattr(schedule, f"p_{n}")).astype(dtype) for n in STEP_NAMES))
+    """Robbins-Monro multipliers of the grid's step sizes at step t (shared by all
+    runs): `schedules.robbins_monro` with initial value 1."""
+    t = t.astype(dtype)
+    return StepSizes(*(robbins_monro(1.0, schedule.t0, getattr(schedule, f"p_{n}"))(t).astype(dtype)
+                       for n in STEP_NAMES))
 
 
 def _run_ok(state, bound: float) -> jax.Array:

@@ -239,7 +239,7 @@ def main(argv=None) -> int:
     spec = _common.standard_spec(smoke=args.smoke)
     n_points, n_seeds = (2, 2) if args.smoke else (args.points, args.seeds)
     check = check_against_bec_jax(steps=50 if args.smoke else 200)
-    print(f"baseline CTDC matches bec_jax on the same transitions (max |diff|: "
+    print("baseline CTDC matches bec_jax on the same transitions (max |diff|: "
           + ", ".join(f"{k} {v:.1e}" for k, v in check.items()) + ")")
     pts, idx = subset_points(spec, n_points)
     r = run_grid(pts, range(n_seeds), spec.steps, spec.log_every)

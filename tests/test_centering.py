@@ -175,7 +175,7 @@ def test_lambda_zero_is_ctd_linear(lambda_runs):
 
 
 def test_lambda_zero_is_ctd_general(lambda_runs):
-    ref, (theta, e, om) = lambda_runs["ctd"], lambda_runs["gen0"]
+    ref, (theta, _, om) = lambda_runs["ctd"], lambda_runs["gen0"]
     np.testing.assert_allclose(theta, ref.theta, **TOL)
     np.testing.assert_allclose(om.omega, ref.omega, **TOL)
 
