@@ -122,19 +122,21 @@ def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def use_all_cpu_cores() -> None:
-    """Exposes each CPU core as a JAX device so the sweep shards its grid over
-    them (XLA runs one scanned program per device on one thread). Must run before
-    JAX initialises its backends; BEC_JAX_CPU_DEVICES overrides the count, and an
-    XLA_FLAGS device count set by the user wins."""
+def use_all_cpu_cores(n: int | None = None) -> int | None:
+    """Exposes `n` CPU devices to JAX (default: BEC_JAX_CPU_DEVICES, else every
+    core) so the sweep shards its grid over them (XLA runs one scanned program per
+    device on one thread). Must run before JAX initialises its backends. Returns
+    the count set, or None when it was left alone: an XLA_FLAGS device count set by
+    the user wins, and live backends cannot change."""
     import jax
     if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-        return
-    n = os.environ.get("BEC_JAX_CPU_DEVICES") or str(os.cpu_count() or 1)
+        return None
     try:
-        jax.config.update("jax_num_cpu_devices", max(1, int(n)))
+        n = max(1, int(n or os.environ.get("BEC_JAX_CPU_DEVICES") or os.cpu_count() or 1))
+        jax.config.update("jax_num_cpu_devices", n)
     except (ValueError, RuntimeError, AttributeError):
-        pass  # backends already initialised, or an older JAX: one device
+        return None  # backends already initialised, a bad count, or an older JAX
+    return n
 
 
 def enable_compilation_cache() -> None:

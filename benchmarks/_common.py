@@ -60,27 +60,19 @@ def ctdc_grid_spec(points: int, seeds: int, steps: int, log_every: int = 10):
 
 # ---------------------------------------------------------------- JAX set-up
 
-def cpu_device_count() -> int:
-    """The number of CPU devices to expose: BEC_JAX_CPU_DEVICES, else every core."""
-    return max(1, int(os.environ.get("BEC_JAX_CPU_DEVICES") or os.cpu_count() or 1))
-
-
 def use_all_cpu_cores(n: int | None = None) -> int:
-    """Exposes `n` (default: every core) CPU devices to JAX. Must run before any JAX
-    computation; raises if JAX's backends are already initialised with another count."""
+    """Exposes `n` (default: BEC_JAX_CPU_DEVICES, else every core) CPU devices to
+    JAX through `bec_jax.cli.use_all_cpu_cores`; returns the device count in use."""
     import jax
 
-    n = n or cpu_device_count()
-    if "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
-        print("note: XLA_FLAGS sets the CPU device count; leaving it as it is", file=sys.stderr)
-        return n
-    try:
-        jax.config.update("jax_num_cpu_devices", n)
-    except RuntimeError as e:  # backends already initialised (e.g. called from a live session)
-        print(f"warning: could not set jax_num_cpu_devices={n} ({e}); using "
-              f"{len(jax.devices())} device(s)", file=sys.stderr)
-        return len(jax.devices())
-    return n
+    from bec_jax.cli import use_all_cpu_cores as _use
+
+    got = _use(n)
+    if got is None:
+        got = len(jax.devices())
+        print(f"note: the CPU device count was set elsewhere (XLA_FLAGS or a live JAX); using {got}",
+              file=sys.stderr)
+    return got
 
 
 def configure_cache(cache_dir: str | None) -> None:
