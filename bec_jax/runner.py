@@ -72,6 +72,27 @@ def prepare_out_dir(out: str, overwrite: bool, allow: Callable[[str], bool] | No
         raise RunError(f"out: cannot write to {out!r} ({e.strerror})") from None
 
 
+# ------------------------------------------------------------------ the engine of a spec
+
+def engine(spec):
+    """The module that plans and runs `spec`: `bec_jax.sweep` for a prediction
+    `SweepSpec`, `bec_jax.control.sweep` for a `ControlSpec` (the same functions:
+    plan_chunk, num_chunks, plan, run_chunks, run)."""
+    if isinstance(spec, SweepSpec):
+        from bec_jax import sweep
+        return sweep
+    from bec_jax.control import sweep as control_sweep
+    return control_sweep
+
+
+def spec_from_dict(d: dict):
+    """A `SweepSpec` or, for a dict with kind "control", a `ControlSpec`."""
+    if isinstance(d, dict) and d.get("kind") == "control":
+        from bec_jax.control.spec import ControlSpec
+        return ControlSpec.from_dict(d)
+    return SweepSpec.from_dict(d)
+
+
 # ------------------------------------------------------------------ the chunk store
 
 class ChunkStore:
@@ -97,7 +118,7 @@ class ChunkStore:
         try:
             with open(self.manifest_path) as f:
                 m = json.load(f)
-            m["spec"] = SweepSpec.from_dict(m["spec"])
+            m["spec"] = spec_from_dict(m["spec"])
             for k in ("chunk_size", "num_chunks", "num_devices"):
                 if not isinstance(m.get(k), int) or isinstance(m.get(k), bool):
                     raise ValueError(f"bad {k}")
@@ -107,9 +128,8 @@ class ChunkStore:
         return m
 
     def _write_manifest(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str) -> None:
-        from bec_jax import sweep
         write_json(self.manifest_path, {
-            "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": sweep.num_chunks(spec, chunk_size),
+            "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": engine(spec).num_chunks(spec, chunk_size),
             "num_devices": num_devices, "backend": backend, "env_fingerprints": _fingerprints(spec)})
 
     def start(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str) -> None:
@@ -192,6 +212,8 @@ class ChunkStore:
 
 def _fingerprints(spec: SweepSpec) -> list[str]:
     from bec_jax.mdp import fingerprint
+    if not isinstance(spec, SweepSpec):
+        return []
     return sorted({fingerprint(m) for m in spec.point_mdps()})
 
 
@@ -257,8 +279,7 @@ def check_resume(spec: SweepSpec, out: str, chunk_size: int | None = None) -> di
     if store.exists():
         m = store.check(spec)
         if chunk_size is not None:
-            from bec_jax import sweep
-            if sweep.plan_chunk(spec, chunk_size, m["num_devices"]) != m["chunk_size"]:
+            if engine(spec).plan_chunk(spec, chunk_size, m["num_devices"]) != m["chunk_size"]:
                 raise RunError(f"chunk_size: the interrupted run used chunks of {m['chunk_size']}, got "
                                f"{chunk_size}; resume with the same --chunk-size (or leave it out)")
         return m
@@ -316,7 +337,6 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     """
     import jax
 
-    from bec_jax import sweep
     if resume and overwrite:
         raise RunError("resume: --resume continues the run in --out, --overwrite starts over; give one")
     if part is not None:
@@ -327,6 +347,7 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
         if not resume:
             raise RunError("spec: required unless resuming")
         spec = resume_spec(out)
+    sweep = engine(spec)
     store = ChunkStore(out)
     writer = is_writer()
     devices = list(devices) if devices is not None else jax.devices()
@@ -382,7 +403,7 @@ def _saving(store: ChunkStore, writer: bool, stop: StopOnSignal | None, todo: in
 
 def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> dict:
     """`run_to_dir(part=(K, N))`: this part's chunks into the shared chunk store."""
-    from bec_jax import sweep
+    sweep = engine(spec)
     if store.exists():
         store.check(spec)
     elif os.path.isdir(out) and os.listdir(out) and not os.path.isdir(store.dir):

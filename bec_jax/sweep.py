@@ -587,10 +587,13 @@ def _fetch(out: dict) -> dict:
 
 def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], devices, *,
                done: dict | None = None, only=None, compiler_options: dict | None = None,
-               on_chunk: Callable | None = None, progress: bool | None = None) -> ChunkRun:
+               on_chunk: Callable | None = None, progress: bool | None = None, engine=None) -> ChunkRun:
     """Compiles each group's program (once, when its first chunk is due) and runs
     every chunk not in `done` (and, with `only`, in `only`); calls
-    `on_chunk(i, arrays)` after chunk i."""
+    `on_chunk(i, arrays)` after chunk i. `engine`: the module whose `make_program`
+    and `chunk_grid` make the programs (default this one; control sweeps pass
+    `bec_jax.control.sweep`)."""
+    eng = engine if engine is not None else sys.modules[__name__]
     done = dict(done or {})
     _check_done(done, chunks)
     todo = [i for i in range(len(chunks)) if i not in done and (only is None or i in only)]
@@ -602,7 +605,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     compile_time, t_run, shown = 0.0, 0.0, False
     t_start = time.perf_counter()
     bar = None
-    if todo and _want_block_progress(progress):
+    if todo and engine is None and _want_block_progress(progress):
         local = [d for d in devices if d.process_index == jax.process_index()]
         bar = BlockProgress(spec, len(todo), len(chunks), len(local) if len(devices) > 1 else 1,
                             show=jax.process_index() == 0)
@@ -617,7 +620,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
             fresh = key not in compiled
             if fresh:
                 t = time.perf_counter()
-                program = make_program(spec, groups[c.group], size, devices, on_block=bar)
+                program = eng.make_program(spec, groups[c.group], size, devices, on_block=bar)
                 if program.mesh is not None:
                     placed = (NamedSharding(program.mesh, PartitionSpec()),
                               NamedSharding(program.mesh, PartitionSpec(GRID_AXIS)))
@@ -625,7 +628,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                     placed = (devices[0], devices[0])
                 compiled[key] = (program.fn, placed, _place(seed, placed[0]))
             exe, placed, seed_dev = compiled[key]
-            grid = {k: _place(v, placed[1]) for k, v in chunk_grid(spec, groups[c.group], c).items()}
+            grid = {k: _place(v, placed[1]) for k, v in eng.chunk_grid(spec, groups[c.group], c).items()}
             if fresh:
                 exe = exe.lower(seed_dev, grid).compile(compiler_options or None)
                 compiled[key] = (exe, placed, seed_dev)
