@@ -1,0 +1,348 @@
+"""Control with linear action values: Q-learning, Greedy-GQ, their centered forms
+(Bellman error centering applied to action values) and reward-centered Q-learning,
+as pure `init`/`update` pairs on one example (batch them with `jax.vmap`).
+
+Action values are Q(s, a) = sum_i w[active(s, a)_i] (`transition.q_values`): the
+features are sparse 0/1 vectors given by their active indices, and every update
+adds to the weights with `w.at[idx].add(...)`. Scatter-add accumulates repeated
+indices, so where the indices of (s, a) and of (s', a*) overlap (or an index
+repeats within one set) the result is the dense linear update
+theta += alpha [delta phi - gamma (u^T phi) phi'] with phi = sum of the one-hot
+vectors of the indices.
+
+Every update reads the state before the update: the greedy next action
+a* = argmax_b Q(s', b) (`jnp.argmax`: ties go to the lowest action index, as
+`np.argmax` in the authors' code), the TD error
+    delta = r + discount Q(s', a*) - Q(s, a)
+(`discount` is 0 where s' is terminal) and p = u^T phi(s, a) = sum u[active].
+
+No importance ratio appears in any of these methods. They are one-step methods
+that condition on the taken action a (the update is to Q(s, a), whatever policy
+chose a), and the target policy, greedy in Q, enters only through the
+bootstrapped action a* at s' (Greedy-GQ's expectation over pi(.|s') of phi(s', b)
+is phi(s', a*) for a greedy pi). The authors' code never applies a ratio either.
+
+Algorithms (module-level `Algorithm`s, in `ALGORITHMS` in this order):
+  q            Watkins' Q-learning with linear action values.
+  cq           centered Q-learning: the paper's CTD, eqs. (28)-(29) [omega,
+               theta], on action values with the greedy target (the authors' CQ).
+  gq           Greedy-GQ (Maei, Szepesvari, Bhatnagar & Sutton 2010), published
+               form: the gradient correction uses `discount` (0 at termination).
+  cgq          centered Greedy-GQ: the paper's CTDC, eqs. (32)-(34) [thetavmtdc,
+               uvmtdc, omegavmtdc], with the greedy target; published form.
+  gq_authors   Greedy-GQ as in the authors' code (GameAI-NJUPT/BEC).
+  cgq_authors  centered Greedy-GQ as in the authors' code.
+  rcq_simple   Q-learning with simple reward centering (Naik, Wan, Tomar & Sutton,
+               "Reward Centering", RLC 2024).
+  rcq_value    Q-learning with value-based reward centering (same paper).
+
+The authors' forms differ from the published ones in one place only: the
+correction w[next_active[a*]] -= alpha gamma p uses the task's discount
+`tr.gamma` also on terminal transitions (their code has no (1 - term) factor
+there), where the published form uses `tr.discount`, which is 0 at termination,
+so the correction vanishes (the terminal state has no features). The TD error
+uses `tr.discount` in both. On non-terminal transitions the two forms are equal.
+
+Value-based reward centering is exactly CQ: with the centered TD error
+delta - rbar, its updates w += alpha (delta - rbar) phi and
+rbar += beta (delta - rbar) are CQ's with omega = rbar (the paper's remark that
+value-based reward centering is Bellman error centering, eq. (24)
+[tdcentering]). `rcq_value` computes them with the same operations as `cq`, so
+the two give the same weights and omega/rbar bit for bit.
+
+This module knows nothing of environments: a `ControlTransition` carries the
+indices an update needs.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from bec_jax.algorithms.base import Algorithm, StepSize, resolve, step_size, zero_count
+from bec_jax.control.transition import ControlTransition, q_values
+
+# ------------------------------------------------------------------ shared pieces
+
+def check_inputs(w: jax.Array, tr: ControlTransition) -> None:
+    """Shape checks for one example (batch with `vmap`, never with extra axes):
+    w (d,), active (m,) and next_active (A, m) integer, scalars of rank 0."""
+    chex.assert_rank([w, tr.active, tr.next_active, tr.reward, tr.discount, tr.gamma],
+                     [1, 1, 2, 0, 0, 0])
+    chex.assert_type([tr.active, tr.next_active], int)
+    chex.assert_axis_dimension(tr.next_active, 1, tr.active.shape[0])
+
+
+def greedy_td_error(w: jax.Array, tr: ControlTransition) -> tuple[jax.Array, jax.Array]:
+    """(delta, a*) from weights w: a* = argmax_b Q(s', b) (lowest index on ties) and
+    delta = r + discount Q(s', a*) - Q(s, a). Q(s', .) is computed once."""
+    q_next = q_values(w, tr.next_active)
+    a_star = jnp.argmax(q_next)
+    delta = tr.reward + tr.discount * q_next[a_star] - q_values(w, tr.active)
+    return delta, a_star
+
+
+def _correct(w: jax.Array, tr: ControlTransition, a_star: jax.Array, amount: jax.Array) -> jax.Array:
+    """w with `amount` subtracted at the indices of (s', a*)."""
+    return w.at[tr.next_active[a_star]].add(-amount)
+
+
+_ALPHA = step_size("alpha", "step size of the weights w")
+_BETA_OMEGA = step_size("beta", "step size of omega, the estimate of E[delta]")
+_BETA_RBAR = step_size("beta", "step size of rbar, the average-reward estimate")
+_ZETA = step_size("zeta", "step size of the auxiliary weights u")
+
+
+# ------------------------------------------------------------------ Q-learning
+
+class QState(NamedTuple):
+    """w: (d,) weights; count: updates so far."""
+
+    w: jax.Array
+    count: jax.Array
+
+
+def q_init(w0: jax.Array) -> QState:
+    """Starts Q-learning at `w0`."""
+    return QState(w=jnp.asarray(w0), count=zero_count())
+
+
+def q_update(state: QState, tr: ControlTransition, alpha: StepSize) -> QState:
+    """One Q-learning step (Watkins 1989, linear): w[active] += alpha delta."""
+    check_inputs(state.w, tr)
+    a = resolve(alpha, state.count)
+    delta, _ = greedy_td_error(state.w, tr)
+    return QState(w=state.w.at[tr.active].add(a * delta), count=state.count + 1)
+
+
+# ------------------------------------------------------------------ centered Q-learning
+
+class CQState(NamedTuple):
+    """w: (d,) weights; omega: () estimate of E[delta]; count: updates so far."""
+
+    w: jax.Array
+    omega: jax.Array
+    count: jax.Array
+
+
+def cq_init(w0: jax.Array) -> CQState:
+    """Starts centered Q-learning at `w0` with omega = 0."""
+    w0 = jnp.asarray(w0)
+    return CQState(w=w0, omega=jnp.zeros((), w0.dtype), count=zero_count())
+
+
+def cq_update(state: CQState, tr: ControlTransition, alpha: StepSize, beta: StepSize) -> CQState:
+    """One centered Q-learning step (the paper's CTD, eqs. (28)-(29) [omega, theta],
+    on action values): w[active] += alpha (delta - omega); omega += beta (delta - omega)."""
+    check_inputs(state.w, tr)
+    a, b = resolve(alpha, state.count), resolve(beta, state.count)
+    delta, _ = greedy_td_error(state.w, tr)
+    err = delta - state.omega
+    return CQState(w=state.w.at[tr.active].add(a * err), omega=state.omega + b * err,
+                   count=state.count + 1)
+
+
+# ------------------------------------------------------------------ Greedy-GQ
+
+class GQState(NamedTuple):
+    """w: (d,) weights; u: (d,) auxiliary weights; count: updates so far."""
+
+    w: jax.Array
+    u: jax.Array
+    count: jax.Array
+
+
+def gq_init(w0: jax.Array) -> GQState:
+    """Starts Greedy-GQ at `w0` with u = 0."""
+    w0 = jnp.asarray(w0)
+    return GQState(w=w0, u=jnp.zeros_like(w0), count=zero_count())
+
+
+def _gq(state: GQState, tr: ControlTransition, alpha: StepSize, zeta: StepSize,
+        correction_discount: jax.Array) -> GQState:
+    check_inputs(state.w, tr)
+    a, z = resolve(alpha, state.count), resolve(zeta, state.count)
+    delta, a_star = greedy_td_error(state.w, tr)
+    p = q_values(state.u, tr.active)
+    w = _correct(state.w.at[tr.active].add(a * delta), tr, a_star, a * correction_discount * p)
+    return GQState(w=w, u=state.u.at[tr.active].add(z * (delta - p)), count=state.count + 1)
+
+
+def gq_update(state: GQState, tr: ControlTransition, alpha: StepSize, zeta: StepSize) -> GQState:
+    """One Greedy-GQ step (Maei et al. 2010), published form: w[active] += alpha delta;
+    w[next_active[a*]] -= alpha discount p; u[active] += zeta (delta - p). At
+    termination discount = 0 and the correction vanishes."""
+    return _gq(state, tr, alpha, zeta, tr.discount)
+
+
+def gq_authors_update(state: GQState, tr: ControlTransition, alpha: StepSize,
+                      zeta: StepSize) -> GQState:
+    """One Greedy-GQ step as in the authors' code: as `gq_update`, except that the
+    correction w[next_active[a*]] -= alpha gamma p uses `tr.gamma`, also on terminal
+    transitions (no (1 - term) factor)."""
+    return _gq(state, tr, alpha, zeta, tr.gamma)
+
+
+# ------------------------------------------------------------------ centered Greedy-GQ
+
+class CGQState(NamedTuple):
+    """w: (d,) weights; u: (d,) auxiliary weights; omega: () estimate of E[delta];
+    count: updates so far."""
+
+    w: jax.Array
+    u: jax.Array
+    omega: jax.Array
+    count: jax.Array
+
+
+def cgq_init(w0: jax.Array) -> CGQState:
+    """Starts centered Greedy-GQ at `w0` with u = 0 and omega = 0."""
+    w0 = jnp.asarray(w0)
+    return CGQState(w=w0, u=jnp.zeros_like(w0), omega=jnp.zeros((), w0.dtype), count=zero_count())
+
+
+def _cgq(state: CGQState, tr: ControlTransition, alpha: StepSize, beta: StepSize, zeta: StepSize,
+         correction_discount: jax.Array) -> CGQState:
+    check_inputs(state.w, tr)
+    a, b, z = (resolve(alpha, state.count), resolve(beta, state.count), resolve(zeta, state.count))
+    delta, a_star = greedy_td_error(state.w, tr)
+    err = delta - state.omega
+    p = q_values(state.u, tr.active)
+    w = _correct(state.w.at[tr.active].add(a * err), tr, a_star, a * correction_discount * p)
+    return CGQState(w=w, u=state.u.at[tr.active].add(z * (err - p)), omega=state.omega + b * err,
+                    count=state.count + 1)
+
+
+def cgq_update(state: CGQState, tr: ControlTransition, alpha: StepSize, beta: StepSize,
+               zeta: StepSize) -> CGQState:
+    """One centered Greedy-GQ step (the paper's CTDC, eqs. (32)-(34) [thetavmtdc,
+    uvmtdc, omegavmtdc], greedy target), published form: w[active] += alpha
+    (delta - omega); w[next_active[a*]] -= alpha discount p; u[active] += zeta
+    ((delta - omega) - p); omega += beta (delta - omega). At termination
+    discount = 0 and the correction vanishes."""
+    return _cgq(state, tr, alpha, beta, zeta, tr.discount)
+
+
+def cgq_authors_update(state: CGQState, tr: ControlTransition, alpha: StepSize, beta: StepSize,
+                       zeta: StepSize) -> CGQState:
+    """One centered Greedy-GQ step as in the authors' code: as `cgq_update`, except
+    that the correction w[next_active[a*]] -= alpha gamma p uses `tr.gamma`, also on
+    terminal transitions (no (1 - term) factor)."""
+    return _cgq(state, tr, alpha, beta, zeta, tr.gamma)
+
+
+# ------------------------------------------------------------------ reward-centered Q-learning
+
+class RCQState(NamedTuple):
+    """w: (d,) weights; rbar: () average-reward estimate (simple centering) or
+    estimate of E[delta] (value-based); count: updates so far."""
+
+    w: jax.Array
+    rbar: jax.Array
+    count: jax.Array
+
+
+def rcq_init(w0: jax.Array) -> RCQState:
+    """Starts reward-centered Q-learning at `w0` with rbar = 0."""
+    w0 = jnp.asarray(w0)
+    return RCQState(w=w0, rbar=jnp.zeros((), w0.dtype), count=zero_count())
+
+
+def rcq_simple_update(state: RCQState, tr: ControlTransition, alpha: StepSize,
+                      beta: StepSize) -> RCQState:
+    """One Q-learning step with simple reward centering (Naik et al. 2024):
+    delta_bar = r - rbar + discount Q(s', a*) - Q(s, a) (computed as delta - rbar);
+    w[active] += alpha delta_bar; rbar += beta (r - rbar)."""
+    check_inputs(state.w, tr)
+    a, b = resolve(alpha, state.count), resolve(beta, state.count)
+    delta, _ = greedy_td_error(state.w, tr)
+    err = delta - state.rbar
+    return RCQState(w=state.w.at[tr.active].add(a * err), rbar=state.rbar + b * (tr.reward - state.rbar),
+                    count=state.count + 1)
+
+
+def rcq_value_update(state: RCQState, tr: ControlTransition, alpha: StepSize,
+                     beta: StepSize) -> RCQState:
+    """One Q-learning step with value-based reward centering (Naik et al. 2024):
+    delta_bar = delta - rbar; w[active] += alpha delta_bar; rbar += beta delta_bar.
+    This is `cq_update` with omega = rbar, operation for operation (bit for bit)."""
+    check_inputs(state.w, tr)
+    a, b = resolve(alpha, state.count), resolve(beta, state.count)
+    delta, _ = greedy_td_error(state.w, tr)
+    err = delta - state.rbar
+    return RCQState(w=state.w.at[tr.active].add(a * err), rbar=state.rbar + b * err,
+                    count=state.count + 1)
+
+
+# ------------------------------------------------------------------ descriptors and registry
+
+Q = Algorithm(
+    name="q", label="Q", init=q_init, update=q_update, hyperparameters=(_ALPHA,),
+    equations="linear Q-learning (Watkins 1989), greedy target a* (no equation in the BEC paper)",
+    weights="w", counter="count")
+
+CQ = Algorithm(
+    name="cq", label="CQ", init=cq_init, update=cq_update, hyperparameters=(_ALPHA, _BETA_OMEGA),
+    equations="eqs. (28)-(29) [omega, theta] (CTD) on action values with greedy target a* "
+              "(the authors' CQ)",
+    weights="w", counter="count")
+
+GQ = Algorithm(
+    name="gq", label="GQ", init=gq_init, update=gq_update, hyperparameters=(_ALPHA, _ZETA),
+    equations="Greedy-GQ of Maei, Szepesvari, Bhatnagar & Sutton (2010), published form: correction "
+              "with the transition's discount, 0 at termination (no equation in the BEC paper)",
+    weights="w", counter="count")
+
+CGQ = Algorithm(
+    name="cgq", label="CGQ", init=cgq_init, update=cgq_update,
+    hyperparameters=(_ALPHA, _BETA_OMEGA, _ZETA),
+    equations="eqs. (32)-(34) [thetavmtdc, uvmtdc, omegavmtdc] (CTDC) on action values with greedy "
+              "target a*; correction with the transition's discount, 0 at termination",
+    weights="w", counter="count")
+
+GQ_AUTHORS = Algorithm(
+    name="gq_authors", label="GQ (authors' code)", init=gq_init, update=gq_authors_update,
+    hyperparameters=(_ALPHA, _ZETA),
+    equations="Greedy-GQ (Maei et al. 2010) as in the authors' code (GameAI-NJUPT/BEC): correction "
+              "with gamma also at termination",
+    weights="w", counter="count")
+
+CGQ_AUTHORS = Algorithm(
+    name="cgq_authors", label="CGQ (authors' code)", init=cgq_init, update=cgq_authors_update,
+    hyperparameters=(_ALPHA, _BETA_OMEGA, _ZETA),
+    equations="eqs. (32)-(34) [thetavmtdc, uvmtdc, omegavmtdc] on action values as in the authors' "
+              "code (GameAI-NJUPT/BEC): correction with gamma also at termination",
+    weights="w", counter="count")
+
+RCQ_SIMPLE = Algorithm(
+    name="rcq_simple", label="RCQ (simple)", init=rcq_init, update=rcq_simple_update,
+    hyperparameters=(_ALPHA, _BETA_RBAR),
+    equations="Q-learning with simple reward centering (Naik, Wan, Tomar & Sutton 2024); "
+              "eqs. (9)-(11) [src1, src2, src3] on action values with greedy target a*",
+    weights="w", counter="count")
+
+RCQ_VALUE = Algorithm(
+    name="rcq_value", label="RCQ (value-based)", init=rcq_init, update=rcq_value_update,
+    hyperparameters=(_ALPHA, _BETA_RBAR),
+    equations="Q-learning with value-based reward centering (Naik et al. 2024); eqs. (12)-(13) "
+              "[rewardcentering1, rewardcentering2] on action values, identical to CQ (eq. (24) "
+              "[tdcentering])",
+    weights="w", counter="count")
+
+ALGORITHMS: dict[str, Algorithm] = {
+    alg.name: alg for alg in (Q, CQ, GQ, CGQ, GQ_AUTHORS, CGQ_AUTHORS, RCQ_SIMPLE, RCQ_VALUE)}
+
+
+def names() -> list[str]:
+    """The control algorithm names, in registry order."""
+    return list(ALGORITHMS)
+
+
+def get(name: str) -> Algorithm:
+    """The control `Algorithm` called `name`; `ValueError` naming `algorithm` and
+    listing the known names otherwise."""
+    if not isinstance(name, str) or name not in ALGORITHMS:
+        raise ValueError(f"algorithm: unknown control algorithm {name!r}; known: {', '.join(names())}")
+    return ALGORITHMS[name]

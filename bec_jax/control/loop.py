@@ -1,0 +1,134 @@
+"""The agent-environment loop of control, for one run (callers vmap).
+
+In prediction the behaviour policy is fixed and the sampler needs nothing from
+the learner; in control the behaviour is epsilon-greedy on the learner's current
+action values. One step of one run:
+
+    q     = Q(s, .)                     from the learner's weights
+    a     = epsilon-greedy(q)           ties to the lowest action (np.argmax)
+    s', r, terminal = task.step(s, a)
+    learner <- update(learner, (phi(s, a), r, gamma (1 - terminal), phi(s', .)))
+    episode ends on termination or after `max_episode_steps` (a truncation: its
+        last transition is learned as non-terminal); then s' <- task.reset()
+
+Every finished episode's return and length go into fixed-size buffers inside
+the program (no host round-trips): `EpisodeLog`. Curves by episode read the
+buffers; curves by step place each episode at the cumulative sum of the lengths.
+
+The randomness of step t of a run comes from fold_in(stream_key, t) only, so a
+run's trajectory depends on its seed and its own hyperparameters, never on the
+other runs of a batch.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from bec_jax.control.transition import ControlTransition, q_values
+
+
+class Behaviour(NamedTuple):
+    """Epsilon-greedy exploration: epsilon_k = max(epsilon * decay^k, epsilon_min)
+    after k finished episodes. decay = 1 (the default of a sweep) keeps epsilon
+    constant; the authors' schedule is epsilon 0.01, decay 0.9992, min 1e-4."""
+
+    epsilon: float = 0.1
+    decay: float = 1.0
+    epsilon_min: float = 0.0
+
+    def at(self, episodes: jax.Array) -> jax.Array:
+        """Epsilon after `episodes` finished episodes."""
+        eps = jnp.asarray(self.epsilon, jnp.float32)
+        if self.decay != 1.0:
+            # exp(k log decay) with log decay taken in float64: float32 powers of
+            # 0.9992 would be off by 4e-5 (relative) after 3000 episodes.
+            eps = eps * jnp.exp(episodes.astype(jnp.float32) * jnp.float32(math.log(self.decay)))
+        return jnp.maximum(eps, jnp.float32(self.epsilon_min))
+
+
+def epsilon_greedy(u: jax.Array, q: jax.Array, epsilon: jax.Array) -> jax.Array:
+    """The action for Q(s, .) = q (A,) from two uniforms u (2,): with probability
+    epsilon uniform over all A actions (the greedy one included), else argmax q
+    (the lowest index among ties)."""
+    A = q.shape[-1]
+    explore = u[0] < epsilon
+    random_action = jnp.minimum((u[1] * A).astype(jnp.int32), A - 1)
+    return jnp.where(explore, random_action, jnp.argmax(q).astype(jnp.int32))
+
+
+class LoopState(NamedTuple):
+    """The environment side of one run.
+
+    Attributes:
+      env: the task's state. active: (A, m) its state-action features.
+      t: steps of the current episode so far. ret: its return so far.
+      episodes: finished episodes.
+    """
+
+    env: Any
+    active: jax.Array
+    t: jax.Array
+    ret: jax.Array
+    episodes: jax.Array
+
+
+class EpisodeLog(NamedTuple):
+    """Returns and lengths of the first E finished episodes of a run (entries
+    after the last finished one: return 0, length 0)."""
+
+    returns: jax.Array
+    lengths: jax.Array
+
+
+def loop_init(task, key: jax.Array, dtype=jnp.float32) -> LoopState:
+    """The first state of a run: a reset of `task` with `key`."""
+    env = task.reset(key)
+    return LoopState(env=env, active=task.active(env), t=jnp.zeros((), jnp.int32),
+                     ret=jnp.zeros((), dtype), episodes=jnp.zeros((), jnp.int32))
+
+
+def log_init(episodes: int, dtype=jnp.float32) -> EpisodeLog:
+    """Empty buffers for `episodes` episodes."""
+    return EpisodeLog(returns=jnp.zeros((episodes,), dtype), lengths=jnp.zeros((episodes,), jnp.int32))
+
+
+def act(learner_weights: jax.Array, ls: LoopState, key: jax.Array, behaviour: Behaviour) -> jax.Array:
+    """The behaviour's action in the current state (the uniforms come from `key`)."""
+    u = jax.random.uniform(key, (2,))
+    return epsilon_greedy(u, q_values(learner_weights, ls.active), behaviour.at(ls.episodes))
+
+
+def step(task, update: Callable, weights: Callable, behaviour: Behaviour, max_episode_steps: int,
+         gamma: float, learner, ls: LoopState, log: EpisodeLog, key: jax.Array):
+    """One step of one run: act, step the task, update the learner, log and
+    reset at an episode's end. `update(learner, transition) -> learner` has the
+    hyperparameters bound; `weights(learner)` gives its weight vector.
+
+    Returns (learner, loop state, log)."""
+    k_act, k_env, k_reset = jax.random.split(key, 3)
+    a = act(weights(learner), ls, k_act, behaviour)
+    env_next, reward, terminal = task.step(k_env, ls.env, a)
+    next_active = task.active(env_next)
+    dtype = ls.ret.dtype
+    g = jnp.asarray(gamma, dtype)
+    tr = ControlTransition(active=ls.active[a], reward=reward.astype(dtype),
+                           discount=jnp.where(terminal, jnp.zeros((), dtype), g), gamma=g,
+                           next_active=next_active)
+    learner = update(learner, tr)
+    t = ls.t + 1
+    ret = ls.ret + tr.reward
+    done = terminal | (t >= max_episode_steps)
+    E = log.returns.shape[0]
+    slot = jnp.where(done, ls.episodes, E)  # E: out of range, dropped
+    log = EpisodeLog(returns=log.returns.at[slot].set(ret, mode="drop"),
+                     lengths=log.lengths.at[slot].set(t, mode="drop"))
+    env_reset = task.reset(k_reset)
+    env = jax.tree_util.tree_map(lambda r, n: jnp.where(done, r, n), env_reset, env_next)
+    active = jnp.where(done, task.active(env_reset), next_active)
+    ls = LoopState(env=env, active=active, t=jnp.where(done, 0, t), ret=jnp.where(done, jnp.zeros((), dtype), ret),
+                   episodes=ls.episodes + done.astype(jnp.int32))
+    return learner, ls, log

@@ -1,0 +1,117 @@
+"""Figures of control sweeps: learning curves (steps per episode or return, by
+episode or by step, with 95% confidence bands over seeds) and step-size
+sensitivity. Reads `ControlResult`s only; figures are made without pyplot (see
+`bec_jax.plotting`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bec_jax.plotting import new_figure, save_figure, symbol
+
+STAT_LABELS = {"length": "steps per episode", "return": "return per episode"}
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}"
+
+
+def point_label(r, i: int) -> str:
+    """'α=0.1, β=0.0001' for grid point i of result r (every column)."""
+    return ", ".join(f"{symbol(n)}={_fmt(v)}" for n, v in r.point(i).items())
+
+
+def algorithm_label(r) -> str:
+    """The algorithm's display name."""
+    try:
+        return r.spec.algorithm_def.label
+    except AttributeError:
+        return r.algorithm
+
+
+def smooth(y: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average over `window` points (shorter at the start)."""
+    if window <= 1:
+        return y
+    c = np.cumsum(np.insert(np.asarray(y, float), 0, 0.0))
+    n = np.arange(1, len(y) + 1)
+    lo = np.maximum(n - window, 0)
+    return (c[n] - c[lo]) / (n - lo)
+
+
+def curves(ax, results: dict, stat: str = "length", by: str = "episode", window: int = 20,
+           styles: dict | None = None, title: str = "", points: dict | None = None) -> None:
+    """For each result ({key: ControlResult}) the curve of its best grid point
+    (or `points[key]`): the mean over valid seeds and its 95% t-interval band,
+    both smoothed by a trailing moving average of `window` episodes (by episode)."""
+    styles = styles or {}
+    for key, r in results.items():
+        st = styles.get(key, {})
+        i = (points or {}).get(key, r.best_index(stat))
+        if by == "episode":
+            x, m, lo, hi = r.curve(i, stat)
+            m, lo, hi = (smooth(v, window) for v in (m, lo, hi))
+        else:
+            x, m, lo, hi = r.curve_by_step(i, stat)
+        label = f"{st.get('label', algorithm_label(r))} ({point_label(r, i)})"
+        line, = ax.plot(x, m, color=st.get("color"), ls=st.get("ls", "-"), lw=1.5, label=label)
+        ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, lw=0)
+    if stat == "length":
+        ax.set_yscale("log")
+    any_r = next(iter(results.values()))
+    ax.set_xlabel("episode" if by == "episode" else "step")
+    smooth_text = f", moving average of {window}" if by == "episode" and window > 1 else ""
+    ax.set_ylabel(f"{STAT_LABELS[stat]} (mean, 95% CI, {any_r.seeds} seeds{smooth_text})", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+
+
+def sensitivity(ax, results: dict, over: str = "alpha", stat: str = "length", styles: dict | None = None,
+                title: str = "") -> None:
+    """Area under the curve (mean over episodes) against `over`, best over the
+    other hyperparameters at each value, with its 95% interval over seeds; a
+    value where every setting had a diverged or unfinished run is left out."""
+    styles = styles or {}
+    for key, r in results.items():
+        st = styles.get(key, {})
+        auc = r.auc(stat)
+        seeds = r.auc_seed(stat)
+        xs, ys, los, his = [], [], [], []
+        for v in np.unique(r.grid[over]):
+            idx = np.flatnonzero(r.grid[over] == v)
+            ok = idx[np.isfinite(auc[idx])]
+            if not len(ok):
+                continue
+            b = ok[np.argmin(auc[ok])] if stat == "length" else ok[np.argmax(auc[ok])]
+            lo, hi = r.ci(seeds[b:b + 1])
+            xs.append(v), ys.append(auc[b]), los.append(lo[0]), his.append(hi[0])
+        if not xs:
+            continue
+        xs, ys = np.asarray(xs), np.asarray(ys)
+        err = np.abs(np.stack([ys - np.asarray(los), np.asarray(his) - ys]))
+        ax.errorbar(xs, ys, yerr=np.nan_to_num(err), marker="o", ms=3, lw=1.3, capsize=2, color=st.get("color"),
+                    ls=st.get("ls", "-"), label=st.get("label", algorithm_label(r)))
+    ax.set_xscale("log")
+    if stat == "length":
+        ax.set_yscale("log")
+    ax.set_xlabel(symbol(over))
+    ax.set_ylabel(f"mean {STAT_LABELS[stat]} over all episodes (95% CI)", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def plot_result(r, out_dir: str, stat: str = "length") -> list[str]:
+    """The curves (by episode and by step) and the sensitivity of one control
+    sweep, into `out_dir` as curves.png/pdf and sensitivity.png/pdf."""
+    fig, axes = new_figure(1, 2, panel=(6.0, 4.4))
+    title = f"{algorithm_label(r)} on {r.task}"
+    curves(axes[0, 0], {r.algorithm: r}, stat, "episode", title=title)
+    curves(axes[0, 1], {r.algorithm: r}, stat, "step", title=title)
+    fig.tight_layout()
+    paths = save_figure(fig, out_dir, "curves")
+    fig, axes = new_figure(1, 1)
+    sensitivity(axes[0, 0], {r.algorithm: r}, r.spec_dict and next(iter(r.grid)), stat, title=title)
+    fig.tight_layout()
+    return paths + save_figure(fig, out_dir, "sensitivity")

@@ -1,0 +1,247 @@
+"""Control sweep results: every run's episodes, curves by episode and by step
+with confidence intervals, the best setting by area under the curve, the summary
+records, and save/load in the prediction results' files (`curves.npz`,
+`summary.json`, `summary.csv`, `meta.json`).
+
+Shapes: G grid points, N seeds, E logged episodes per run. A run whose weights
+left the divergence bound is excluded from every statistic (its diverged_step is
+>= 0); a run that ran out of steps before E episodes has zero lengths after its
+last finished episode and is counted as incomplete.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bec_jax.results import (
+    CURVES_FILE,
+    GRID_PREFIX,
+    META_FILE,
+    SUMMARY_CSV,
+    SUMMARY_FILE,
+    _finite,
+    _t_quantile,
+    atomic_write,
+    csv_text,
+    t_interval,
+    write_json,
+)
+
+STATS = ("length", "return")
+# What is better for each statistic: fewer steps per episode, more return.
+BETTER = {"length": "lower", "return": "higher"}
+
+
+@dataclass
+class ControlResult:
+    """Everything one control sweep reports.
+
+    Attributes:
+      spec: the `ControlSpec` (None for a loaded result whose task or algorithm
+        cannot be built here; `spec_dict` holds it always).
+      grid: {column: (G,)} the hyperparameters of every point.
+      returns, lengths: (G, N, E) return and length (steps) of each run's
+        episodes, in order; 0 after a run's last finished episode.
+      diverged_step: (G, N) the block end at which a run's weights left the
+        bound (its state is frozen from the block's start), -1 if never.
+      omega: (G, N) the final omega (the centered algorithms' estimate of the
+        mean TD error, or reward centering's average reward), or None.
+      meta: timings, versions, machine and device.
+    """
+
+    spec: object
+    grid: dict
+    returns: np.ndarray
+    lengths: np.ndarray
+    diverged_step: np.ndarray
+    omega: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+    spec_dict: dict | None = None
+
+    def __post_init__(self):
+        if self.spec_dict is None and self.spec is not None:
+            self.spec_dict = self.spec.to_dict()
+
+    # -- views -------------------------------------------------------------------
+    @property
+    def task(self) -> str:
+        return self.spec_dict["task"]
+
+    @property
+    def algorithm(self) -> str:
+        return self.spec_dict["algorithm"]
+
+    @property
+    def num_points(self) -> int:
+        return self.returns.shape[0]
+
+    @property
+    def seeds(self) -> int:
+        return self.returns.shape[1]
+
+    @property
+    def episodes(self) -> int:
+        return self.returns.shape[2]
+
+    def point(self, i: int) -> dict:
+        """{column: value} of grid point i."""
+        return {n: float(v[i]) for n, v in self.grid.items()}
+
+    @property
+    def episodes_done(self) -> np.ndarray:
+        """(G, N) logged episodes of each run."""
+        return (self.lengths > 0).sum(-1)
+
+    @property
+    def valid(self) -> np.ndarray:
+        """(G, N) runs that did not diverge and logged every episode."""
+        return (self.diverged_step < 0) & (self.episodes_done == self.episodes)
+
+    @property
+    def diverged_fraction(self) -> np.ndarray:
+        """(G,) fraction of seeds whose weights left the bound."""
+        return (self.diverged_step >= 0).mean(-1)
+
+    def values(self, stat: str = "length") -> np.ndarray:
+        """(G, N, E) the per-episode statistic: 'length' (steps per episode) or 'return'."""
+        if stat not in STATS:
+            raise ValueError(f"stat: must be one of {', '.join(STATS)}, got {stat!r}")
+        return (self.lengths if stat == "length" else self.returns).astype(np.float64)
+
+    def curve(self, i: int, stat: str = "length", level: float = 0.95):
+        """(episode numbers 1..E, mean, low, high) of grid point i across its
+        valid runs: the Student-t interval of the mean at each episode."""
+        v = self.values(stat)[i][self.valid[i]]  # (n, E)
+        n = v.shape[0]
+        mean = v.mean(0) if n else np.full(self.episodes, np.nan)
+        half = _t_quantile(n - 1, level) * v.std(0, ddof=1) / np.sqrt(n) if n > 1 else np.full(self.episodes, np.nan)
+        return np.arange(1, self.episodes + 1), mean, mean - half, mean + half
+
+    def curve_by_step(self, i: int, stat: str = "length", points: int = 200, level: float = 0.95):
+        """(steps, mean, low, high) of grid point i: at each of `points` steps up
+        to the shortest valid run, each run's statistic of the episode in
+        progress there (an episode counts from its first step to its last)."""
+        ok = self.valid[i]
+        L = self.lengths[i][ok].astype(np.int64)
+        v = self.values(stat)[i][ok]
+        if not len(L):
+            x = np.zeros(1)
+            return x, np.full(1, np.nan), np.full(1, np.nan), np.full(1, np.nan)
+        ends = np.cumsum(L, axis=1)  # (n, E) last step of each episode
+        x = np.linspace(1, ends[:, -1].min(), points).astype(np.int64)
+        idx = np.stack([np.searchsorted(e, x) for e in ends])  # episode in progress at step x
+        y = np.take_along_axis(v, np.minimum(idx, self.episodes - 1), axis=1)
+        n = y.shape[0]
+        mean = y.mean(0)
+        half = _t_quantile(n - 1, level) * y.std(0, ddof=1) / np.sqrt(n) if n > 1 else np.full(len(x), np.nan)
+        return x, mean, mean - half, mean + half
+
+    def auc_seed(self, stat: str = "length") -> np.ndarray:
+        """(G, N) each run's area under its curve by episode (the mean over its E
+        episodes); NaN for runs that diverged or did not finish E episodes."""
+        return np.where(self.valid, self.values(stat).mean(-1), np.nan)
+
+    def final_seed(self, stat: str = "length", fraction: float = 0.1) -> np.ndarray:
+        """(G, N) each run's mean over its last `fraction` of episodes (NaN for
+        runs that are not valid)."""
+        k = max(1, int(round(self.episodes * fraction)))
+        return np.where(self.valid, self.values(stat)[..., -k:].mean(-1), np.nan)
+
+    def auc(self, stat: str = "length") -> np.ndarray:
+        """(G,) mean over valid seeds of the seeds' areas (NaN if a seed diverged
+        or none is valid: a point that diverges is never 'best')."""
+        a = self.auc_seed(stat)
+        out = np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in a])
+        return np.where(self.diverged_fraction > 0, np.nan, out)
+
+    def best_index(self, stat: str = "length") -> int:
+        """The grid point with the best area under the curve (fewest steps per
+        episode, or most return), among points none of whose seeds diverged."""
+        a = self.auc(stat)
+        if not np.isfinite(a).any():
+            raise ValueError(f"best: every grid point of {self.algorithm} on {self.task} diverged or is incomplete")
+        return int(np.nanargmin(a) if BETTER[stat] == "lower" else np.nanargmax(a))
+
+    def ci(self, values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high), each (G,): Student-t intervals of the mean of per-seed
+        `values` (G, N) over their finite entries."""
+        out = np.array([t_interval(v[np.isfinite(v)], level) for v in values])
+        return out[:, 1], out[:, 2]
+
+    def summary(self) -> list[dict]:
+        """One record per grid point: task, algorithm, the grid columns, the area
+        under the steps-per-episode curve and under the return curve (means over
+        episodes) and the final values (last 10% of episodes), each with its 95%
+        Student-t interval over seeds, the final omega, and the fractions of
+        diverged and incomplete runs."""
+        recs = []
+        blocks = {}
+        for stat in STATS:
+            for kind, vals in (("auc", self.auc_seed(stat)), ("final", self.final_seed(stat))):
+                lo, hi = self.ci(vals)
+                mean = np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in vals])
+                blocks[f"{kind}_{stat}"] = (mean, lo, hi)
+        incomplete = ((self.diverged_step < 0) & (self.episodes_done < self.episodes)).mean(-1)
+        for i in range(self.num_points):
+            rec = {"task": self.task, "algorithm": self.algorithm, **self.point(i)}
+            for name, (m, lo, hi) in blocks.items():
+                rec[name] = _finite(m[i])
+                rec[f"{name}_ci_low"] = _finite(lo[i])
+                rec[f"{name}_ci_high"] = _finite(hi[i])
+            if self.omega is not None:
+                om = self.omega[i][self.diverged_step[i] < 0]
+                rec["omega_mean"] = _finite(om.mean()) if om.size else None
+            rec["diverged_fraction"] = float(self.diverged_fraction[i])
+            rec["incomplete_fraction"] = float(incomplete[i])
+            recs.append(rec)
+        return recs
+
+    # -- persistence -------------------------------------------------------------
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays of `curves.npz`: returns, lengths, diverged_step, omega (if
+        any) and the grid as `grid_<column>`."""
+        out = {"returns": self.returns, "lengths": self.lengths, "diverged_step": self.diverged_step}
+        if self.omega is not None:
+            out["omega"] = self.omega
+        for n, v in self.grid.items():
+            out[GRID_PREFIX + n] = v
+        return out
+
+    def save(self, out_dir: str) -> None:
+        """Writes curves.npz, summary.json, summary.csv and meta.json (spec,
+        versions, machine, timings), each atomically."""
+        os.makedirs(out_dir, exist_ok=True)
+        atomic_write(os.path.join(out_dir, CURVES_FILE), lambda f: np.savez(f, **self.arrays()), binary=True)
+        recs = self.summary()
+        write_json(os.path.join(out_dir, SUMMARY_FILE), recs)
+        atomic_write(os.path.join(out_dir, SUMMARY_CSV), lambda f: f.write(csv_text(recs)))
+        write_json(os.path.join(out_dir, META_FILE), dict(self.meta, spec=self.spec_dict, grid_columns=list(self.grid)))
+
+    @classmethod
+    def load(cls, out_dir: str) -> ControlResult:
+        """Reads a result written by `save`."""
+        from bec_jax.control.spec import ControlSpec
+        with open(os.path.join(out_dir, META_FILE)) as f:
+            meta = json.load(f)
+        spec_dict = meta.pop("spec")
+        columns = meta.pop("grid_columns")
+        try:
+            spec = ControlSpec.from_dict(spec_dict)
+        except (ValueError, ImportError):
+            spec = None
+        with np.load(os.path.join(out_dir, CURVES_FILE)) as z:
+            return cls(spec=spec, grid={n: z[GRID_PREFIX + n] for n in columns}, returns=z["returns"],
+                       lengths=z["lengths"], diverged_step=z["diverged_step"],
+                       omega=z["omega"] if "omega" in z.files else None, meta=meta, spec_dict=spec_dict)
+
+
+def is_control_dir(out_dir: str) -> bool:
+    """Whether `out_dir` holds a saved control result."""
+    try:
+        with open(os.path.join(out_dir, META_FILE)) as f:
+            return json.load(f).get("spec", {}).get("kind") == "control"
+    except (OSError, ValueError, AttributeError):
+        return False

@@ -1,0 +1,206 @@
+"""The control sweep specification: one task, one algorithm, a grid of its
+hyperparameters, seeds and episodes, validated before any work starts.
+
+Every rule lives here, so the command line, TOML files, studies and Python
+callers get the same checks and the same one-line `ValueError` naming the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+from bec_jax.spec import MAX_INT32, SEED_LIMIT, _as_tuple, _is_int, _is_real
+
+KIND = "control"
+DTYPES = ("float32", "float64")
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlSpec:
+    """What a control sweep runs.
+
+    Attributes:
+      task: a task of `bec_jax.control.tasks` (cliff_walking, maze, mountain_car,
+        acrobot). task_params: its parameters (e.g. num_tilings, bins).
+      algorithm: a control algorithm (`bec_jax.control.algorithms.names()`).
+      hyperparameters: {name: value or list of values}; the grid is their
+        cartesian product in the algorithm's declared order.
+      seeds: runs per grid point. seed: the base seed; seed i's stream is
+        fold_in(key(seed), i), whatever the number of seeds.
+      episodes: episodes logged per run (the buffers' size). A run goes on until
+        every run of its chunk has finished this many (or `max_steps`).
+      epsilon, epsilon_decay, epsilon_min: epsilon-greedy behaviour; epsilon
+        after k episodes is max(epsilon * decay^k, min). Default constant 0.1;
+        the authors use 0.01, 0.9992, 1e-4.
+      max_episode_steps: the episode cap (default the task's); the capped last
+        transition is learned as non-terminal, as the authors do.
+      max_steps: the step budget of a run (default episodes x max_episode_steps).
+      gamma: the discount (default the task's).
+      block: steps between divergence checks and loop-exit tests.
+      dtype, divergence_bound: as in prediction sweeps (a run whose weights
+        leave [-bound, bound] or stop being finite is frozen and flagged).
+    """
+
+    task: str
+    algorithm: str
+    hyperparameters: dict
+    seeds: int = 10
+    episodes: int = 100
+    task_params: dict = dataclasses.field(default_factory=dict)
+    seed: int = 0
+    epsilon: float = 0.1
+    epsilon_decay: float = 1.0
+    epsilon_min: float = 0.0
+    max_episode_steps: int | None = None
+    max_steps: int | None = None
+    gamma: float | None = None
+    block: int = 100
+    dtype: str = "float32"
+    divergence_bound: float = 1e6
+
+    def __post_init__(self):
+        from bec_jax.control import algorithms, tasks
+        if not isinstance(self.task, str) or self.task not in tasks.names():
+            raise ValueError(f"task: unknown task {self.task!r}; known: {', '.join(tasks.names())}")
+        if not isinstance(self.task_params, dict):
+            raise ValueError(f"task_params: expected a table of parameters, got {self.task_params!r}")
+        alg = algorithms.get(self.algorithm)
+        if not isinstance(self.hyperparameters, dict):
+            raise ValueError(f"hyperparameters: expected a table name -> values, got {self.hyperparameters!r}")
+        hp = {}
+        for name in self.hyperparameters:
+            alg.hyperparameter(name)  # ValueError naming it
+        for h in alg.hyperparameters:
+            if h.name in self.hyperparameters:
+                values = _as_tuple(h.name, self.hyperparameters[h.name])
+            elif h.default is not None:
+                values = (h.default,)
+            else:
+                raise ValueError(f"{h.name}: {alg.name} needs {h.name} ({h.doc}); give one or more values")
+            if not values:
+                raise ValueError(f"{h.name}: expected at least one value")
+            hp[h.name] = tuple(h.check(v, h.name) for v in values)
+        object.__setattr__(self, "hyperparameters", hp)
+        for name, lo in (("seeds", 1), ("episodes", 1), ("block", 1)):
+            v = getattr(self, name)
+            if not _is_int(v) or not lo <= v <= MAX_INT32:
+                raise ValueError(f"{name}: must be an integer >= {lo}, got {v!r}")
+        if not _is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
+        for name, lo, hi in (("epsilon", 0.0, 1.0), ("epsilon_decay", 0.0, 1.0), ("epsilon_min", 0.0, 1.0)):
+            v = getattr(self, name)
+            if not _is_real(v) or not lo <= float(v) <= hi:
+                raise ValueError(f"{name}: must be a number in [{lo:g}, {hi:g}], got {v!r}")
+            object.__setattr__(self, name, float(v))
+        if self.epsilon_decay == 0.0:
+            raise ValueError("epsilon_decay: must be in (0, 1] (1 keeps epsilon constant), got 0")
+        if self.epsilon_min > self.epsilon:
+            raise ValueError(f"epsilon_min: must not exceed epsilon ({self.epsilon:g}), got {self.epsilon_min:g}")
+        if self.gamma is not None and (not _is_real(self.gamma) or not 0 <= float(self.gamma) <= 1):
+            raise ValueError(f"gamma: must be a number in [0, 1], got {self.gamma!r}")
+        for name in ("max_episode_steps", "max_steps"):
+            v = getattr(self, name)
+            if v is not None and (not _is_int(v) or not 1 <= v <= MAX_INT32):
+                raise ValueError(f"{name}: must be a positive integer, got {v!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        b = self.divergence_bound
+        if not _is_real(b) or not (0 < float(b) < math.inf):
+            raise ValueError(f"divergence_bound: must be a finite number > 0, got {b!r}")
+        object.__setattr__(self, "divergence_bound", float(b))
+        self.make_task()  # checks task_params (ValueError naming the field)
+        if self.total_steps > MAX_INT32:
+            raise ValueError(f"max_steps: a run of {self.total_steps} steps exceeds 2**31 - 1; "
+                             "give a smaller max_steps or fewer episodes")
+
+    # --------------------------------------------------------------- derived
+
+    @property
+    def algorithm_def(self):
+        """The `Algorithm` descriptor."""
+        from bec_jax.control import algorithms
+        return algorithms.get(self.algorithm)
+
+    def make_task(self):
+        """The `ControlEnv` of `task` with `task_params`."""
+        from bec_jax.control import tasks
+        return tasks.make(self.task, **self.task_params)
+
+    @property
+    def episode_cap(self) -> int:
+        """Steps after which an episode is truncated."""
+        return self.max_episode_steps if self.max_episode_steps is not None else self.make_task().max_episode_steps
+
+    @property
+    def discount(self) -> float:
+        """The discount gamma used."""
+        return float(self.gamma) if self.gamma is not None else float(self.make_task().gamma)
+
+    @property
+    def total_steps(self) -> int:
+        """A run's step budget."""
+        return self.max_steps if self.max_steps is not None else self.episodes * self.episode_cap
+
+    @property
+    def names(self) -> tuple:
+        """The grid's columns (the algorithm's hyperparameters, declared order)."""
+        return tuple(self.hyperparameters)
+
+    def grid_points(self) -> list[dict]:
+        """Every grid point as {name: value}, the first column varying slowest."""
+        names = self.names
+        return [dict(zip(names, vals)) for vals in itertools.product(*(self.hyperparameters[n] for n in names))]
+
+    @property
+    def num_points(self) -> int:
+        return math.prod(len(v) for v in self.hyperparameters.values())
+
+    def grid_arrays(self) -> dict[str, np.ndarray]:
+        """The grid's columns as float64 arrays (num_points,)."""
+        pts = self.grid_points()
+        return {n: np.asarray([p[n] for p in pts], np.float64) for n in self.names}
+
+    # --------------------------------------------------------------- (de)serialisation
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict; `from_dict` rebuilds the same spec."""
+        d = dataclasses.asdict(self)
+        d["hyperparameters"] = {k: list(v) for k, v in self.hyperparameters.items()}
+        d["kind"] = KIND
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ControlSpec:
+        """The spec of `to_dict` (or a TOML table); unknown fields are an error."""
+        if not isinstance(d, dict):
+            raise ValueError(f"spec: expected a table, got {d!r}")
+        d = {k: v for k, v in d.items() if k != "kind"}
+        known = {f.name for f in dataclasses.fields(cls)}
+        for k in d:
+            if k not in known:
+                raise ValueError(f"{k}: unknown field of a control sweep; known: {', '.join(sorted(known))}")
+        for k in ("task", "algorithm", "hyperparameters"):
+            if k not in d:
+                raise ValueError(f"{k}: required")
+        return cls(**d)
+
+    def replace(self, **changes) -> ControlSpec:
+        """A copy with `changes` (validated again)."""
+        d = self.to_dict()
+        d.pop("kind")
+        d.update(changes)
+        return ControlSpec.from_dict(d)
+
+
+def as_spec(d: dict | ControlSpec) -> ControlSpec:
+    """A `ControlSpec` from itself or a dict."""
+    return d if isinstance(d, ControlSpec) else ControlSpec.from_dict(d)
+
+
+def is_control(d: Any) -> bool:
+    """Whether `d` (a spec or a spec dict) describes a control sweep."""
+    return isinstance(d, ControlSpec) or (isinstance(d, dict) and d.get("kind") == KIND)
