@@ -8,9 +8,10 @@
     bec-jax run ... --chunks K/N            (one of N processes sharing --out)
     bec-jax run ... --confirm-seeds N       (the best setting again on N fresh seeds)
     bec-jax study FILE.toml --out DIR [--resume]
+    bec-jax control --task TASK --algorithm ALG --alpha LIST [--beta/--zeta LIST] --episodes E --out DIR
     bec-jax plot DIR... [--out PLOTS]       (runs or studies: curves, sensitivity, table)
     bec-jax compare DIR... --out FIG.png    (their best curves on one figure)
-    bec-jax reproduce [--paper bec|tdrc] [--quick] [--out DIR] [--overwrite]
+    bec-jax reproduce [--paper bec|tdrc|control] [--quick] [--out DIR] [--overwrite]
 
 ENV is a registered name, an .npz/.toml MDP file or package.module:function; ALG
 a registered name or package.module:attribute. Every hyperparameter ALG declares
@@ -350,6 +351,89 @@ def cmd_run(args) -> int:
     return 0
 
 
+
+CONTROL_FIELDS = ("task", "algorithm", "episodes", "seeds", "epsilon", "epsilon_decay", "epsilon_min",
+                  "max_episode_steps", "max_steps", "gamma", "seed", "block", "dtype", "divergence_bound",
+                  "reward_shift")
+
+
+def control_spec_from_args(args):
+    """A validated `ControlSpec` from parsed `control` arguments (or its TOML file)."""
+    from bec_jax.control.spec import ControlSpec
+    from bec_jax.spec import read_toml
+    given = [d for d in CONTROL_FIELDS + ("alpha", "beta", "zeta") if getattr(args, d, None) is not None]
+    given += ["task_params"] if args.task_param else []
+    if args.config:
+        if given:
+            raise UsageError(f"{given[0]}: given both on the command line and by --config {args.config!r}; "
+                             "put it in the config file")
+        table = read_toml(args.config, "config")
+        out = table.pop("out", None)
+        if out is not None and (not isinstance(out, str) or not out):
+            raise UsageError(f"out: expected a directory path (a string), got {out!r}")
+        if out is not None and not args.out:
+            args.out = out
+        return ControlSpec.from_dict(table)
+    missing = [n for n in ("task", "algorithm") if getattr(args, n) is None]
+    if missing:
+        raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")
+    hyper = {n: _numbers(n, getattr(args, n)) for n in ("alpha", "beta", "zeta") if getattr(args, n) is not None}
+    params = {}
+    for name, vals in args.task_param or ():
+        if name in params:
+            raise UsageError(f"task_params.{name}: given twice")
+        if len(vals) != 1:
+            raise UsageError(f"task_params.{name}: one value, got {len(vals)}")
+        params[name] = vals[0]
+    kw = {d: getattr(args, d) for d in CONTROL_FIELDS[2:] if getattr(args, d) is not None}
+    return ControlSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper, task_params=params, **kw)
+
+
+def cmd_control(args) -> int:
+    from bec_jax import runner
+    if args.resume and not args.config and not args.task and not args.algorithm:
+        if not args.out:
+            raise UsageError("out: required (--out DIR)")
+        spec = None
+    else:
+        spec = control_spec_from_args(args)
+    if not args.out:
+        raise UsageError("out: required (--out DIR, or `out = \"DIR\"` in the config file)")
+    _enable_x64_for([spec if spec is not None else runner.resume_spec(args.out)])
+    enable_compilation_cache()
+    part = runner.parse_part(args.chunks) if args.chunks is not None else None
+    with runner.StopOnSignal() as stop:
+        try:
+            result = runner.run_to_dir(spec, args.out, overwrite=args.overwrite, resume=args.resume,
+                                       chunk_size=args.chunk_size, stop=stop, part=part)
+        except runner.Interrupted as e:
+            if e.saved is None:
+                raise
+            name = signal.Signals(e.signum).name
+            print(f"bec-jax: interrupted by {name} after {e.saved} of {e.total} chunks; to continue: "
+                  f"bec-jax control --out {shlex.quote(args.out)} --resume", file=sys.stderr)
+            return 128 + e.signum
+    if part is not None:
+        print(f"part {result['part']}: done; {result['chunks_done']} of {result['chunks_total']} chunks. When every "
+              f"part has finished: bec-jax control --out {shlex.quote(args.out)} --resume")
+        return 0
+    m = result.meta
+    print(f"{result.task} / {result.algorithm}: {result.num_points} grid points x {result.seeds} seeds x "
+          f"{result.episodes} episodes ({m['logged_steps']:,} steps) in {m['run_time_s']:.2f} s "
+          f"(+ {m['compile_time_s']:.2f} s compile)")
+    try:
+        b = result.best_index("length")
+        rec = result.summary()[b]
+        print(f"best by mean steps per episode: {result.point(b)}  {rec['auc_length']:.4g} "
+              f"[{rec['auc_length_ci_low'] or float('nan'):.4g}, {rec['auc_length_ci_high'] or float('nan'):.4g}] "
+              f"(95% CI) steps per episode; "
+              f"last 10% of episodes {rec['final_length']:.4g}")
+    except ValueError as e:
+        print(f"no best setting: {e}")
+    print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
+    return 0
+
+
 def cmd_study(args) -> int:
     from bec_jax import runner, study
     st = study.load(args.file) if args.file else None
@@ -426,6 +510,22 @@ def _select(text):
 
 def cmd_plot(args) -> int:
     from bec_jax import plotting
+    from bec_jax.control.results import is_control_dir
+    control = [is_control_dir(d) for d in args.dirs]
+    if any(control):
+        if not all(control):
+            raise UsageError("dirs: plot control runs and prediction runs separately")
+        from bec_jax.control import plotting as cplot
+        from bec_jax.control.results import ControlResult
+        results = {}
+        for d in args.dirs:
+            r = ControlResult.load(d)
+            results[f"{r.algorithm} ({os.path.basename(os.path.normpath(d))})" if len(args.dirs) > 1
+                    else r.algorithm] = r
+        out = args.out or os.path.join(args.dirs[0], "plots")
+        written = cplot.plot_results(results, out)
+        print(f"wrote {len(written)} files to {out}: " + ", ".join(os.path.basename(p) for p in written))
+        return 0
     results, paths = _open_results(args.dirs)
     out = args.out or os.path.join(args.dirs[0], "plots")
     metric = args.metric
@@ -453,7 +553,7 @@ def cmd_compare(args) -> int:
     return 0
 
 
-PAPERS = ("bec", "tdrc")
+PAPERS = ("bec", "tdrc", "control")
 
 
 def cmd_reproduce(args) -> int:
@@ -462,7 +562,8 @@ def cmd_reproduce(args) -> int:
     from bec_jax import runner
     if args.paper not in PAPERS:
         raise UsageError(f"paper: unknown paper {args.paper!r}; known: {', '.join(PAPERS)}")
-    exp = importlib.import_module("bec_jax.experiments." + {"bec": "paper", "tdrc": "tdrc"}[args.paper])
+    exp = importlib.import_module("bec_jax.experiments." + {"bec": "paper", "tdrc": "tdrc",
+                                                             "control": "control"}[args.paper])
     out = args.out or os.path.join("results", "paper" if args.paper == "bec" else args.paper)
     runner.prepare_out_dir(out, args.overwrite, allow=exp.is_reproduce_dir)
     enable_compilation_cache()
@@ -513,6 +614,37 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--distributed", metavar="auto|HOST:PORT,N,ID", help=DISTRIBUTED_HELP)
     r.set_defaults(func=cmd_run)
 
+    c = sub.add_parser("control", help="run one control sweep (epsilon-greedy agents on a control task)",
+                       allow_abbrev=False)
+    c.add_argument("--config", help="TOML file with the control spec's fields")
+    c.add_argument("--task", help="cliff_walking, maze, mountain_car or acrobot")
+    c.add_argument("--task-param", action="append", type=_env_param, metavar="NAME=VALUE",
+                   help="a task parameter, e.g. num_tilings=5 (repeatable)")
+    c.add_argument("--algorithm", help="q, cq, gq, cgq, gq_authors, cgq_authors, rcq_simple or rcq_value")
+    for n in ("alpha", "beta", "zeta"):
+        c.add_argument(f"--{n}", metavar="v1,v2,...", help=f"values of {n} (a grid axis)")
+    c.add_argument("--episodes", type=_int("episodes"), help="episodes per run (default 100)")
+    c.add_argument("--seeds", type=_int("seeds"), help="default 10")
+    c.add_argument("--epsilon", type=_float("epsilon"), help="default 0.1")
+    c.add_argument("--epsilon-decay", type=_float("epsilon_decay"),
+                   help="per-episode factor (default 1: constant; the authors use 0.9992)")
+    c.add_argument("--epsilon-min", type=_float("epsilon_min"), help="default 0 (the authors use 1e-4)")
+    c.add_argument("--max-episode-steps", type=_int("max_episode_steps"), help="default: the task's cap")
+    c.add_argument("--max-steps", type=_int("max_steps"), help="a run's step budget")
+    c.add_argument("--gamma", type=_float("gamma"), help="default: the task's (0.99)")
+    c.add_argument("--seed", type=_int("seed"), help="default 0")
+    c.add_argument("--block", type=_int("block"), help="steps between divergence checks (default 100)")
+    c.add_argument("--dtype", help="float32 (default) or float64")
+    c.add_argument("--divergence-bound", type=_float("divergence_bound"), help="default 1e6")
+    c.add_argument("--reward-shift", type=_float("reward_shift"),
+                   help="the learner sees r - SHIFT (the constant-shift control for centering; default 0)")
+    c.add_argument("--chunk-size", type=_int("chunk_size"))
+    c.add_argument("--out")
+    c.add_argument("--overwrite", action="store_true", help="allow a non-empty --out (start over)")
+    c.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    c.add_argument("--chunks", metavar="K/N", help="compute only the K-th of N parts into --out")
+    c.set_defaults(func=cmd_control)
+
     st = sub.add_parser("study", help="run several sweeps from one TOML file", allow_abbrev=False)
     st.add_argument("file", nargs="?", help="the study's TOML file (shared defaults, [[sweep]] tables)")
     st.add_argument("--out", required=True)
@@ -544,8 +676,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("reproduce", help="reproduce a paper's experiments", allow_abbrev=False)
     q.add_argument("--paper", default="bec",
-                   help="bec (Bellman Error Centering, the default; into results/paper) or tdrc (Ghiassian et al. "
-                        "2020's prediction experiment with the off-policy suite; into results/tdrc)")
+                   help="bec (Bellman Error Centering, the default; into results/paper), tdrc (Ghiassian et al. "
+                        "2020's prediction experiment with the off-policy suite; into results/tdrc) or control "
+                        "(the authors' control experiments: Q, CQ, GQ, CGQ on four tasks; into results/control)")
     q.add_argument("--quick", action="store_true", help="few seeds, short runs, small grids")
     q.add_argument("--out", default=None, help="output directory (default results/paper or results/<paper>)")
     q.add_argument("--overwrite", action="store_true",

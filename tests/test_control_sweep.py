@@ -226,3 +226,18 @@ def test_spec_round_trip():
     assert spec.num_points == 2 and spec.episode_cap == 1000 and spec.discount == 0.99
     with pytest.raises(ValueError, match="unknown field"):
         ControlSpec.from_dict({**spec.to_dict(), "steps": 10})
+
+
+def test_reward_shift_changes_what_is_learned_not_what_is_logged():
+    """The shift control: the learner sees r - c, the log keeps r."""
+    alg = algorithms.get("q")
+    learner = alg.init(jnp.zeros(CLIFF.num_features))
+    ls = loop.loop_init(CLIFF, jax.random.key(0))
+    log = loop.log_init(2)
+    upd = lambda st, tr: alg.apply(st, tr, {"alpha": 0.5})
+    learner, ls, log = loop.step(CLIFF, upd, lambda s: s.w, loop.Behaviour(0.0), 1, 0.9, learner, ls, log,
+                                 jax.random.key(1), reward_shift=-0.25)
+    assert float(learner.w[36]) == 0.5 * (-1.0 + 0.25)  # up from the start, r - c = -0.75
+    np.testing.assert_array_equal(np.asarray(log.returns), [-1.0, 0.0])  # cap 1: the episode ended, r logged
+    with pytest.raises(ValueError, match="reward_shift"):
+        ControlSpec(task="cliff_walking", algorithm="q", hyperparameters={"alpha": 0.1}, reward_shift=float("nan"))

@@ -102,33 +102,53 @@ def act(learner_weights: jax.Array, ls: LoopState, key: jax.Array, behaviour: Be
     return epsilon_greedy(u, q_values(learner_weights, ls.active), behaviour.at(ls.episodes))
 
 
-def step(task, update: Callable, weights: Callable, behaviour: Behaviour, max_episode_steps: int,
-         gamma: float, learner, ls: LoopState, log: EpisodeLog, key: jax.Array):
-    """One step of one run: act, step the task, update the learner, log and
-    reset at an episode's end. `update(learner, transition) -> learner` has the
-    hyperparameters bound; `weights(learner)` gives its weight vector.
-
-    Returns (learner, loop state, log)."""
-    k_act, k_env, k_reset = jax.random.split(key, 3)
+def advance(task, update: Callable, weights: Callable, behaviour: Behaviour, max_episode_steps: int,
+            gamma: float, learner, ls: LoopState, log: EpisodeLog, key: jax.Array, reward_shift: float = 0.0):
+    """The first part of `step`: act, step the task, update the learner and log
+    a finished episode. The learner sees r - `reward_shift` (a constant shift,
+    the control experiment for centering); returns are logged unshifted.
+    Returns (learner, loop state at s' (not yet reset), log, done)."""
+    k_act, k_env, _ = jax.random.split(key, 3)
     a = act(weights(learner), ls, k_act, behaviour)
     env_next, reward, terminal = task.step(k_env, ls.env, a)
     next_active = task.active(env_next)
     dtype = ls.ret.dtype
     g = jnp.asarray(gamma, dtype)
-    tr = ControlTransition(active=ls.active[a], reward=reward.astype(dtype),
+    reward = reward.astype(dtype)
+    tr = ControlTransition(active=ls.active[a], reward=reward - reward_shift if reward_shift else reward,
                            discount=jnp.where(terminal, jnp.zeros((), dtype), g), gamma=g,
                            next_active=next_active)
     learner = update(learner, tr)
     t = ls.t + 1
-    ret = ls.ret + tr.reward
+    ret = ls.ret + reward
     done = terminal | (t >= max_episode_steps)
     E = log.returns.shape[0]
     slot = jnp.where(done, ls.episodes, E)  # E: out of range, dropped
     log = EpisodeLog(returns=log.returns.at[slot].set(ret, mode="drop"),
                      lengths=log.lengths.at[slot].set(t, mode="drop"))
-    env_reset = task.reset(k_reset)
-    env = jax.tree_util.tree_map(lambda r, n: jnp.where(done, r, n), env_reset, env_next)
-    active = jnp.where(done, task.active(env_reset), next_active)
-    ls = LoopState(env=env, active=active, t=jnp.where(done, 0, t), ret=jnp.where(done, jnp.zeros((), dtype), ret),
-                   episodes=ls.episodes + done.astype(jnp.int32))
-    return learner, ls, log
+    ls = LoopState(env=env_next, active=next_active, t=t, ret=ret, episodes=ls.episodes)
+    return learner, ls, log, done
+
+
+def reset_done(task, ls: LoopState, done: jax.Array, key: jax.Array) -> LoopState:
+    """The second part of `step`: where the episode is done, a fresh reset (its
+    key the third of `step`'s key split) and the counters back to 0."""
+    env_reset = task.reset(jax.random.split(key, 3)[2])
+    env = jax.tree_util.tree_map(lambda r, n: jnp.where(done, r, n), env_reset, ls.env)
+    active = jnp.where(done, task.active(env_reset), ls.active)
+    return LoopState(env=env, active=active, t=jnp.where(done, 0, ls.t),
+                     ret=jnp.where(done, jnp.zeros((), ls.ret.dtype), ls.ret),
+                     episodes=ls.episodes + done.astype(jnp.int32))
+
+
+def step(task, update: Callable, weights: Callable, behaviour: Behaviour, max_episode_steps: int,
+         gamma: float, learner, ls: LoopState, log: EpisodeLog, key: jax.Array, reward_shift: float = 0.0):
+    """One step of one run: act, step the task, update the learner, log and
+    reset at an episode's end (`advance`, then `reset_done`). `update(learner,
+    transition) -> learner` has the hyperparameters bound; `weights(learner)`
+    gives its weight vector.
+
+    Returns (learner, loop state, log)."""
+    learner, ls, log, done = advance(task, update, weights, behaviour, max_episode_steps, gamma, learner, ls,
+                                     log, key, reward_shift)
+    return learner, reset_done(task, ls, done, key), log

@@ -47,13 +47,17 @@ def curves(ax, results: dict, stat: str = "length", by: str = "episode", window:
     styles = styles or {}
     for key, r in results.items():
         st = styles.get(key, {})
-        i = (points or {}).get(key, r.best_index(stat))
+        i = (points or {}).get(key)
+        i = r.best_index(stat) if i is None else i
         if by == "episode":
             x, m, lo, hi = r.curve(i, stat)
             m, lo, hi = (smooth(v, window) for v in (m, lo, hi))
         else:
             x, m, lo, hi = r.curve_by_step(i, stat)
         label = f"{st.get('label', algorithm_label(r))} ({point_label(r, i)})"
+        n_ok = int(r.valid[i].sum())
+        if n_ok < r.seeds:  # the curve is of the runs that finished every episode
+            label += f", {n_ok} of {r.seeds} runs finished"
         line, = ax.plot(x, m, color=st.get("color"), ls=st.get("ls", "-"), lw=1.5, label=label)
         ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.18, lw=0)
     if stat == "length":
@@ -102,16 +106,25 @@ def sensitivity(ax, results: dict, over: str = "alpha", stat: str = "length", st
     ax.legend(fontsize=7)
 
 
-def plot_result(r, out_dir: str, stat: str = "length") -> list[str]:
-    """The curves (by episode and by step) and the sensitivity of one control
-    sweep, into `out_dir` as curves.png/pdf and sensitivity.png/pdf."""
+def plot_results(results: dict, out_dir: str, stat: str = "length") -> list[str]:
+    """Figures of several control sweeps ({label: ControlResult}) into
+    `out_dir`: each one's best curve by episode and by step on one figure
+    (curves.png/pdf) and the sensitivity to the first grid column
+    (sensitivity.png/pdf)."""
     fig, axes = new_figure(1, 2, panel=(6.0, 4.4))
-    title = f"{algorithm_label(r)} on {r.task}"
-    curves(axes[0, 0], {r.algorithm: r}, stat, "episode", title=title)
-    curves(axes[0, 1], {r.algorithm: r}, stat, "step", title=title)
+    tasks = sorted({r.task for r in results.values()})
+    title = ", ".join(tasks)
+    curves(axes[0, 0], results, stat, "episode", title=title)
+    curves(axes[0, 1], results, stat, "step", title=title)
     fig.tight_layout()
     paths = save_figure(fig, out_dir, "curves")
+    over = next(iter(next(iter(results.values())).grid))
     fig, axes = new_figure(1, 1)
-    sensitivity(axes[0, 0], {r.algorithm: r}, r.spec_dict and next(iter(r.grid)), stat, title=title)
+    sensitivity(axes[0, 0], results, over, stat, title=title)
     fig.tight_layout()
     return paths + save_figure(fig, out_dir, "sensitivity")
+
+
+def plot_result(r, out_dir: str, stat: str = "length") -> list[str]:
+    """`plot_results` for one sweep."""
+    return plot_results({r.algorithm: r}, out_dir, stat)

@@ -151,18 +151,21 @@ class ControlResult:
         return np.where(self.valid, self.values(stat)[..., -k:].mean(-1), np.nan)
 
     def auc(self, stat: str = "length") -> np.ndarray:
-        """(G,) mean over valid seeds of the seeds' areas (NaN if a seed diverged
-        or none is valid: a point that diverges is never 'best')."""
+        """(G,) mean over seeds of the seeds' areas; NaN where any seed diverged or
+        ran out of steps before its last episode (averaging the others would
+        flatter the point: a point that fails a run is never 'best')."""
         a = self.auc_seed(stat)
         out = np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in a])
-        return np.where(self.diverged_fraction > 0, np.nan, out)
+        return np.where(self.valid.all(-1), out, np.nan)
 
     def best_index(self, stat: str = "length") -> int:
         """The grid point with the best area under the curve (fewest steps per
-        episode, or most return), among points none of whose seeds diverged."""
+        episode, or most return), among points all of whose runs finished every
+        episode without diverging."""
         a = self.auc(stat)
         if not np.isfinite(a).any():
-            raise ValueError(f"best: every grid point of {self.algorithm} on {self.task} diverged or is incomplete")
+            raise ValueError(f"best: every grid point of {self.algorithm} on {self.task} has a run that diverged "
+                             "or did not finish its episodes within max_steps")
         return int(np.nanargmin(a) if BETTER[stat] == "lower" else np.nanargmax(a))
 
     def ci(self, values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:

@@ -43,6 +43,9 @@ class ControlSpec:
       block: steps between divergence checks and loop-exit tests.
       dtype, divergence_bound: as in prediction sweeps (a run whose weights
         leave [-bound, bound] or stop being finite is frozen and flagged).
+      reward_shift: the learner sees r - reward_shift (returns are logged
+        unshifted): the constant-shift control for centering, whose omega acts
+        on the TD error like a learned shift of the reward.
     """
 
     task: str
@@ -61,6 +64,7 @@ class ControlSpec:
     block: int = 100
     dtype: str = "float32"
     divergence_bound: float = 1e6
+    reward_shift: float = 0.0
 
     def __post_init__(self):
         from bec_jax.control import algorithms, tasks
@@ -112,6 +116,9 @@ class ControlSpec:
         if not _is_real(b) or not (0 < float(b) < math.inf):
             raise ValueError(f"divergence_bound: must be a finite number > 0, got {b!r}")
         object.__setattr__(self, "divergence_bound", float(b))
+        if not _is_real(self.reward_shift) or not math.isfinite(float(self.reward_shift)):
+            raise ValueError(f"reward_shift: must be a finite number, got {self.reward_shift!r}")
+        object.__setattr__(self, "reward_shift", float(self.reward_shift))
         self.make_task()  # checks task_params (ValueError naming the field)
         if self.total_steps > MAX_INT32:
             raise ValueError(f"max_steps: a run of {self.total_steps} steps exceeds 2**31 - 1; "

@@ -134,11 +134,21 @@ def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on
     axes = engine._state_axes(template, alg.counter)
 
     def run_step(learner, ls, log, key, hp):
-        return loop.step(task, lambda st, tr: alg.apply(st, tr, hp), lambda st: getattr(st, alg.weights),
-                         behaviour, cap, gamma, learner, ls, log, key)
+        return loop.advance(task, lambda st, tr: alg.apply(st, tr, hp), lambda st: getattr(st, alg.weights),
+                            behaviour, cap, gamma, learner, ls, log, key, spec.reward_shift)
 
-    over_seeds = jax.vmap(run_step, in_axes=(axes, 0, 0, 0, None), out_axes=(axes, 0, 0))
-    over_grid = jax.vmap(over_seeds, in_axes=(axes, 0, 0, None, 0), out_axes=(axes, 0, 0))
+    over_seeds = jax.vmap(run_step, in_axes=(axes, 0, 0, 0, None), out_axes=(axes, 0, 0, 0))
+    over_grid = jax.vmap(over_seeds, in_axes=(axes, 0, 0, None, 0), out_axes=(axes, 0, 0, 0))
+    reset_grid = jax.vmap(jax.vmap(lambda ls, done, key: loop.reset_done(task, ls, done, key)),
+                          in_axes=(0, 0, None))
+
+    def step_all(c, keys_t, hp):
+        # Resets (a task's reset and its features) are computed only on steps
+        # where some run's episode ended: `loop.step`, with the reset skipped
+        # when nothing would use it.
+        learner, ls, log, done = over_grid(*c, keys_t, hp)
+        ls = jax.lax.cond(jnp.any(done), lambda: reset_grid(ls, done, keys_t), lambda: ls)
+        return learner, ls, log
 
     def program(seed, grid):
         names = spec.names
@@ -160,7 +170,7 @@ def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on
             def one(c, i):
                 t = j * K + i
                 keys_t = jax.vmap(lambda k: jax.random.fold_in(k, t))(stream_keys)
-                return over_grid(*c, keys_t, hp), None
+                return step_all(c, keys_t, hp), None
 
             (nl, nls, nlog), _ = jax.lax.scan(one, (learner, ls, log), jnp.arange(K, dtype=jnp.int32))
             alive = dstep < 0
