@@ -229,6 +229,19 @@ def _hyper_options(extra: list[str]) -> dict:
     return out
 
 
+def _config_table(args) -> dict:
+    """The spec table of `args.config` (a TOML file); its `out = "DIR"` sets
+    `args.out` unless --out was given."""
+    from bec_jax.spec import read_toml
+    table = read_toml(args.config, "config")
+    out = table.pop("out", None)
+    if out is not None and (not isinstance(out, str) or not out):
+        raise UsageError(f"out: expected a directory path (a string), got {out!r}")
+    if out is not None and not args.out:
+        args.out = out
+    return table
+
+
 def spec_from_args(args):
     """Builds a validated `SweepSpec` from parsed `run` arguments (or the TOML file).
 
@@ -237,7 +250,7 @@ def spec_from_args(args):
     silently ignored). A file's `out = "DIR"` is used unless --out is given.
     """
     from bec_jax import algorithms
-    from bec_jax.spec import ScheduleSpec, SweepSpec, read_toml
+    from bec_jax.spec import ScheduleSpec, SweepSpec
 
     given = _given(args)
     if args.config:
@@ -245,13 +258,7 @@ def spec_from_args(args):
             d = given[0]
             raise UsageError(f"{FIELD_OF_DEST.get(d, d)}: given both on the command line and by --config "
                              f"{args.config!r}; put it in the config file")
-        table = read_toml(args.config, "config")
-        out = table.pop("out", None)
-        if out is not None and (not isinstance(out, str) or not out):
-            raise UsageError(f"out: expected a directory path (a string), got {out!r}")
-        if out is not None and not args.out:
-            args.out = out
-        return SweepSpec.from_dict(table)
+        return SweepSpec.from_dict(_config_table(args))
     missing = [n for n in ("env", "algorithm") if getattr(args, n) is None]
     if missing:
         raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")
@@ -360,20 +367,13 @@ CONTROL_FIELDS = ("task", "algorithm", "episodes", "seeds", "epsilon", "epsilon_
 def control_spec_from_args(args):
     """A validated `ControlSpec` from parsed `control` arguments (or its TOML file)."""
     from bec_jax.control.spec import ControlSpec
-    from bec_jax.spec import read_toml
     given = [d for d in CONTROL_FIELDS + ("alpha", "beta", "zeta") if getattr(args, d, None) is not None]
     given += ["task_params"] if args.task_param else []
     if args.config:
         if given:
             raise UsageError(f"{given[0]}: given both on the command line and by --config {args.config!r}; "
                              "put it in the config file")
-        table = read_toml(args.config, "config")
-        out = table.pop("out", None)
-        if out is not None and (not isinstance(out, str) or not out):
-            raise UsageError(f"out: expected a directory path (a string), got {out!r}")
-        if out is not None and not args.out:
-            args.out = out
-        return ControlSpec.from_dict(table)
+        return ControlSpec.from_dict(_config_table(args))
     missing = [n for n in ("task", "algorithm") if getattr(args, n) is None]
     if missing:
         raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")

@@ -444,6 +444,16 @@ def csv_text(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
+def read_meta(out_dir: str) -> dict | None:
+    """`out_dir`/meta.json as a dict, or None when it is missing or not a JSON object."""
+    try:
+        with open(os.path.join(out_dir, META_FILE)) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
 def write_json(path: str, obj) -> None:
     """Writes `obj` as strict JSON (non-finite floats as null), atomically."""
     atomic_write(path, lambda f: json.dump(json_ready(obj), f, indent=1, allow_nan=False))

@@ -682,19 +682,23 @@ def _check_finite(cat: dict) -> None:
                       + "); these statistics are not trustworthy", RuntimeWarning, stacklevel=3)
 
 
-def assemble(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], results: dict,
-             meta: dict | None = None) -> SweepResult:
-    """The `SweepResult` in grid order from every chunk's outputs."""
-    G = spec.num_points
-    names = list(results[0])
+def gather(num_points: int, groups: list[Group], chunks: list[Chunk], results: dict) -> dict:
+    """{output: array with the grid axis first, in grid order} from every
+    chunk's outputs (`results[i]` for chunk i)."""
     cat = {}
-    for name in names:
+    for name in results[0]:
         first = results[0][name]
-        arr = np.empty((G,) + first.shape[1:], first.dtype)
+        arr = np.empty((num_points,) + first.shape[1:], first.dtype)
         for i, c in enumerate(chunks):
             arr[groups[c.group].indices[c.indices[: c.n]]] = results[i][name]
         cat[name] = arr
-    cat = _unbounded_where_diverged(cat)
+    return cat
+
+
+def assemble(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], results: dict,
+             meta: dict | None = None) -> SweepResult:
+    """The `SweepResult` in grid order from every chunk's outputs."""
+    cat = _unbounded_where_diverged(gather(spec.num_points, groups, chunks, results))
     _check_finite(cat)
     return SweepResult(
         spec=spec, steps=np.arange(spec.num_logs) * spec.log_every, grid=spec.grid_arrays(),

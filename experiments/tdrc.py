@@ -35,7 +35,7 @@ import jax
 import numpy as np
 
 from bec_jax import analysis, envs, plotting, provenance, sweep
-from bec_jax.results import SweepResult, atomic_write, csv_text, write_json
+from bec_jax.results import SweepResult, atomic_write, csv_text, read_meta, write_json
 from bec_jax.spec import SweepSpec
 
 KIND = "bec-jax reproduce --paper tdrc"
@@ -460,13 +460,7 @@ def report_markdown(results, rows, stab, tab_fix, two_state, timing, quick) -> s
 
 def is_reproduce_dir(path: str) -> bool:
     """True if `path` holds this reproduction's earlier output."""
-    import json
-    try:
-        with open(os.path.join(path, "meta.json")) as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and meta.get("kind") == KIND
+    return (read_meta(path) or {}).get("kind") == KIND
 
 
 def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = False, log=print) -> dict:

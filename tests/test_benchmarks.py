@@ -132,3 +132,17 @@ def test_compare_ref_script_smoke(tmp_path):
     assert d["machine"]["cpu"]
     if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "bec_jax"], cwd=REPO).returncode == 0:
         assert d["bit_identical"] is True
+
+
+def test_control_speed_script_smoke(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    out = tmp_path / "control_speed.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.control_speed", "--episodes", "30", "--seeds", "2",
+                           "--json", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(out.read_text())
+    b, n = d["authors"]["bec_jax"], d["authors"]["numpy"]
+    # The same runs both ways: 4 algorithms x 2 seeds, every episode logged.
+    assert b["runs"] == 8 and b["steps"] > 4 * 2 * 30 and n["steps"] > 4 * 2 * 30
+    assert b["wall_s"] > 0 and n["wall_s"] > 0 and "target < 30 s" in proc.stdout

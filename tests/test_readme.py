@@ -38,3 +38,18 @@ def test_study_file_shown_is_the_worked_study():
     sweeps = shown.pop("sweep")
     assert sweeps == worked.pop("sweep")[:len(sweeps)] and len(sweeps) == 2
     assert shown == worked
+
+
+def test_control_program_runs_as_pasted(tmp_path):
+    code = section_code("Control: centered Q-learning and Greedy-GQ")
+    code += ("\nrec = r.summary()[b]\n"
+             "print(f\"best {r.point(b)} steps {rec['auc_length']:.3f} last {mean[-1]:.2f} valid {int(r.valid.sum())}\")\n")
+    (tmp_path / "control.py").write_text(code)
+    p = subprocess.run([sys.executable, "control.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = re.search(r"best \{'alpha': ([0-9.]+), 'beta': ([0-9.e-]+)\} steps ([0-9.]+) last ([0-9.]+) valid (\d+)",
+                  p.stdout)
+    assert m, p.stdout
+    # Every run finished its 3000 episodes, and the greedy path is 13 steps long.
+    assert int(m.group(5)) == 20
+    assert 13.0 <= float(m.group(4)) < 14.0 and 13.0 < float(m.group(3)) < 20.0

@@ -1,9 +1,13 @@
 """Control with linear action values: centered Q-learning and Greedy-GQ, run as
 one compiled program over seeds and hyperparameter grids.
 
-Modules: `transition` (the record updates consume), `algorithms` (Q, CQ, GQ,
-CGQ, reward-centered Q: pure init/update pairs), `tiles` (a JAX tile coder),
-`tasks` (CliffWalking, the authors' Maze, MountainCar, Acrobot as pure
-environments), `loop` (epsilon-greedy behaviour, auto reset, episode buffers),
-`sweep` (the one-program sweep, chunked and resumable).
+Modules, in the order data flows: `transition` (the record updates consume:
+sparse features as active indices), `algorithms` (Q, CQ, GQ, CGQ, the authors'
+GQ/CGQ forms, reward-centered Q: pure init/update pairs on one example), `tiles`
+(a JAX tile coder), `tasks` (CliffWalking, the authors' Maze, MountainCar,
+Acrobot as pure environments), `loop` (epsilon-greedy behaviour, auto reset,
+episode buffers: one run), `spec` (`ControlSpec`, validated), `sweep` (the
+one-program sweep, chunked and resumable through `bec_jax.runner`), `results`
+(`ControlResult`: curves, best setting, summary, files) and `plotting`.
+`algorithms` imports nothing from `tasks`.
 """

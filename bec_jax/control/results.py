@@ -26,6 +26,7 @@ from bec_jax.results import (
     _t_quantile,
     atomic_write,
     csv_text,
+    read_meta,
     t_interval,
     write_json,
 )
@@ -243,8 +244,5 @@ class ControlResult:
 
 def is_control_dir(out_dir: str) -> bool:
     """Whether `out_dir` holds a saved control result."""
-    try:
-        with open(os.path.join(out_dir, META_FILE)) as f:
-            return json.load(f).get("spec", {}).get("kind") == "control"
-    except (OSError, ValueError, AttributeError):
-        return False
+    spec = (read_meta(out_dir) or {}).get("spec")
+    return isinstance(spec, dict) and spec.get("kind") == "control"

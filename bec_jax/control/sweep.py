@@ -217,14 +217,7 @@ def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on
 
 def assemble(spec: ControlSpec, groups, chunks, results: dict, meta: dict | None = None) -> ControlResult:
     """The `ControlResult` in grid order from every chunk's outputs."""
-    G = spec.num_points
-    cat = {}
-    for name in results[0]:
-        first = results[0][name]
-        arr = np.empty((G,) + first.shape[1:], first.dtype)
-        for i, c in enumerate(chunks):
-            arr[groups[c.group].indices[c.indices[: c.n]]] = results[i][name]
-        cat[name] = arr
+    cat = engine.gather(spec.num_points, groups, chunks, results)
     return ControlResult(spec=spec, grid=spec.grid_arrays(), returns=cat["returns"], lengths=cat["lengths"],
                          diverged_step=cat["diverged_step"], omega=cat.get("omega"), meta=dict(meta or {}))
 
