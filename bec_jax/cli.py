@@ -303,6 +303,35 @@ def _enable_x64_for(specs) -> None:
         jax.config.update("jax_enable_x64", True)
 
 
+def _run_into_dir(spec, args, command: str):
+    """`runner.run_to_dir` for `bec-jax run` and `bec-jax control`: 64-bit mode
+    and the compilation cache set up, Ctrl-C/SIGTERM stopping after the chunk in
+    progress, and `--chunks K/N` parts. Returns the result, or the exit status
+    when there is nothing more to print (an interrupted run, a finished part)."""
+    from bec_jax import runner
+    _enable_x64_for([spec if spec is not None else runner.resume_spec(args.out)])  # None only when resuming
+    enable_compilation_cache()
+    part = runner.parse_part(args.chunks) if args.chunks is not None else None
+    chunks_dir = os.path.join(args.out, runner.CHUNKS_DIR)
+    again = f"bec-jax {command} --out {shlex.quote(args.out)} --resume"
+    with runner.StopOnSignal() as stop:
+        try:
+            result = runner.run_to_dir(spec, args.out, overwrite=args.overwrite, resume=args.resume,
+                                       chunk_size=args.chunk_size, stop=stop, part=part)
+        except runner.Interrupted as e:
+            if e.saved is None:
+                raise
+            name = signal.Signals(e.signum).name
+            print(f"bec-jax: interrupted by {name} after {e.saved} of {e.total} chunks; the finished ones "
+                  f"are saved in {chunks_dir}; to continue: {again}", file=sys.stderr)
+            return 128 + e.signum
+    if part is not None:
+        print(f"part {result['part']}: done; {result['chunks_done']} of {result['chunks_total']} chunks are in "
+              f"{chunks_dir}. When every part has finished: {again}")
+        return 0
+    return result
+
+
 def cmd_run(args) -> int:
     from bec_jax import runner
     if args.resume and not args.config and not _given(args):
@@ -313,28 +342,11 @@ def cmd_run(args) -> int:
         spec = spec_from_args(args)
     if not args.out:
         raise UsageError("out: required (--out DIR, or `out = \"DIR\"` in the config file)")
-    _enable_x64_for([spec if spec is not None else runner.resume_spec(args.out)])  # None only when resuming
-    enable_compilation_cache()
-    part = runner.parse_part(args.chunks) if args.chunks is not None else None
-    if part is not None and args.confirm_seeds:
+    if args.chunks is not None and args.confirm_seeds:
         raise UsageError("confirm_seeds: a part computes chunks only; confirm when assembling (--resume)")
-    with runner.StopOnSignal() as stop:
-        try:
-            result = runner.run_to_dir(spec, args.out, overwrite=args.overwrite, resume=args.resume,
-                                       chunk_size=args.chunk_size, stop=stop, part=part)
-        except runner.Interrupted as e:
-            if e.saved is None:
-                raise
-            name = signal.Signals(e.signum).name
-            print(f"bec-jax: interrupted by {name} after {e.saved} of {e.total} chunks; the finished ones "
-                  f"are saved in {os.path.join(args.out, runner.CHUNKS_DIR)}; to continue: bec-jax run --out "
-                  f"{shlex.quote(args.out)} --resume", file=sys.stderr)
-            return 128 + e.signum
-    if part is not None:
-        print(f"part {result['part']}: done; {result['chunks_done']} of {result['chunks_total']} chunks are in "
-              f"{os.path.join(args.out, runner.CHUNKS_DIR)}. When every part has finished: bec-jax run --out "
-              f"{shlex.quote(args.out)} --resume")
-        return 0
+    result = _run_into_dir(spec, args, "run")
+    if isinstance(result, int):
+        return result
     spec = result.spec
     b = result.best_index()
     m = result.meta
@@ -390,7 +402,6 @@ def control_spec_from_args(args):
 
 
 def cmd_control(args) -> int:
-    from bec_jax import runner
     if args.resume and not args.config and not args.task and not args.algorithm:
         if not args.out:
             raise UsageError("out: required (--out DIR)")
@@ -399,24 +410,9 @@ def cmd_control(args) -> int:
         spec = control_spec_from_args(args)
     if not args.out:
         raise UsageError("out: required (--out DIR, or `out = \"DIR\"` in the config file)")
-    _enable_x64_for([spec if spec is not None else runner.resume_spec(args.out)])
-    enable_compilation_cache()
-    part = runner.parse_part(args.chunks) if args.chunks is not None else None
-    with runner.StopOnSignal() as stop:
-        try:
-            result = runner.run_to_dir(spec, args.out, overwrite=args.overwrite, resume=args.resume,
-                                       chunk_size=args.chunk_size, stop=stop, part=part)
-        except runner.Interrupted as e:
-            if e.saved is None:
-                raise
-            name = signal.Signals(e.signum).name
-            print(f"bec-jax: interrupted by {name} after {e.saved} of {e.total} chunks; to continue: "
-                  f"bec-jax control --out {shlex.quote(args.out)} --resume", file=sys.stderr)
-            return 128 + e.signum
-    if part is not None:
-        print(f"part {result['part']}: done; {result['chunks_done']} of {result['chunks_total']} chunks. When every "
-              f"part has finished: bec-jax control --out {shlex.quote(args.out)} --resume")
-        return 0
+    result = _run_into_dir(spec, args, "control")
+    if isinstance(result, int):
+        return result
     m = result.meta
     print(f"{result.task} / {result.algorithm}: {result.num_points} grid points x {result.seeds} seeds x "
           f"{result.episodes} episodes ({m['logged_steps']:,} steps) in {m['run_time_s']:.2f} s "
