@@ -49,8 +49,8 @@ def hand_expected_update(env, name, h):
             mvec, c0 = np.zeros(k), p["r_mu_mean"]
         G = np.block([[-A, -f[:, None]], [mvec[None, :], -np.ones((1, 1))]])
         return np.diag(np.r_[[al] * k, be]) @ G, np.r_[al * b, be * c0]
-    if name in ("ctdc", "ctdc_literal"):
-        if name == "ctdc_literal":  # omega without rho tracks E_mu[delta]
+    if name in ("ctdc", "ctdc_omega_no_rho"):
+        if name == "ctdc_omega_no_rho":  # omega without rho tracks E_mu[delta]
             mvec, c0 = p["mvec_mu"], p["c0_mu"]
         G = np.block([[-A, -H, -f[:, None]], [-A, -C, -f[:, None]],
                       [mvec[None, :], np.zeros((1, k)), -np.ones((1, 1))]])

@@ -95,7 +95,7 @@ CASES = {
             lambda x, t, a, b, z: np_ctd(x, t, a, b)),
     "ctdc": (ctdc, lambda s, tr, a, b, z: ctdc.update(s, tr, a, b, z),
              lambda x, t, a, b, z: np_ctdc(x, t, a, b, z, True)),
-    "ctdc_literal": (ctdc, lambda s, tr, a, b, z: ctdc.update(s, tr, a, b, z, rho_on_omega=False),
+    "ctdc_omega_no_rho": (ctdc, lambda s, tr, a, b, z: ctdc.update(s, tr, a, b, z, rho_on_omega=False),
                      lambda x, t, a, b, z: np_ctdc(x, t, a, b, z, False)),
     "src": (src, lambda s, tr, a, b, z: src.update(s, tr, a, b),
             lambda x, t, a, b, z: np_src(x, t, a, b)),
@@ -163,7 +163,7 @@ def test_td_update_is_the_on_policy_equation_when_rho_is_one():
     np.testing.assert_allclose(new.theta, x["theta"] + ALPHA * d * t["phi"], rtol=2e-5, atol=2e-6)
 
 
-def test_rho_zero_freezes_all_but_src_and_ctdc_literal():
+def test_rho_zero_freezes_all_but_src_and_ctdc_omega_no_rho():
     t, x = random_transition(7, rho=0.0), random_state(8)
     for name in NAMES:
         st = make_state(name, x)
@@ -173,7 +173,7 @@ def test_rho_zero_freezes_all_but_src_and_ctdc_literal():
                 continue
             moved = not np.array_equal(getattr(new, f), getattr(st, f))
             # SRC's rbar and literal CTDC's omega carry no rho.
-            assert moved == ((name, f) in {("src", "rbar"), ("ctdc_literal", "omega")}), (name, f)
+            assert moved == ((name, f) in {("src", "rbar"), ("ctdc_omega_no_rho", "omega")}), (name, f)
 
 
 def test_init_states():
@@ -322,14 +322,14 @@ def test_vrc_and_ctd_give_identical_trajectories():
 def test_get_unknown_lists_names():
     with pytest.raises(ValueError, match="'nope'") as info:
         algorithms.get("nope")
-    for name in ("td", "tdc", "ctd", "ctdc", "ctdc_literal", "src", "vrc"):
+    for name in ("td", "tdc", "ctd", "ctdc", "ctdc_omega_no_rho", "src", "vrc"):
         assert name in str(info.value)
 
 
 def test_names_and_descriptors():
-    assert set(algorithms.names()) >= {"td", "tdc", "ctd", "ctdc", "ctdc_literal", "src", "vrc"}
+    assert set(algorithms.names()) >= {"td", "tdc", "ctd", "ctdc", "ctdc_omega_no_rho", "src", "vrc"}
     want = {"td": ("alpha",), "tdc": ("alpha", "zeta"), "ctd": ("alpha", "beta"),
-            "ctdc": ("alpha", "beta", "zeta"), "ctdc_literal": ("alpha", "beta", "zeta"),
+            "ctdc": ("alpha", "beta", "zeta"), "ctdc_omega_no_rho": ("alpha", "beta", "zeta"),
             "src": ("alpha", "beta"), "vrc": ("alpha", "beta")}
     for name, sizes in want.items():
         alg = algorithms.get(name)
@@ -422,3 +422,8 @@ def test_resolve_module_attribute(tmp_path, monkeypatch):
         algorithms.resolve("my_algs_for_test:NOPE")
     with pytest.raises(ValueError, match="cannot import 'no_such_module_xyz'"):
         algorithms.resolve("no_such_module_xyz:X")
+
+
+def test_renamed_algorithm_names_its_new_name():
+    with pytest.raises(ValueError, match="'ctdc_literal' was renamed 'ctdc_omega_no_rho'"):
+        algorithms.get("ctdc_literal")

@@ -10,7 +10,7 @@ from bec_jax import mdp as mdp_lib
 from hand_derived import episodic_env, hand_expected_update
 
 ENV_NAMES = ("boyan_chain", "two_state", "baird")
-ALG_NAMES = ("td", "tdc", "ctd", "ctdc", "ctdc_literal", "src", "vrc")
+ALG_NAMES = ("td", "tdc", "ctd", "ctdc", "ctdc_omega_no_rho", "src", "vrc")
 
 
 def custom_env():

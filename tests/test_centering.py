@@ -210,7 +210,7 @@ def test_lambda_trace_by_hand():
 def test_ctd_lambda_registry():
     alg = algorithms.get("ctd_lambda")
     assert alg.step_sizes == ("alpha", "beta") and alg.names == ("alpha", "beta", "lambda")
-    assert set(algorithms.names()) >= {"td", "tdc", "ctd", "ctdc", "ctdc_literal", "src", "vrc", "ctd_lambda"}
+    assert set(algorithms.names()) >= {"td", "tdc", "ctd", "ctdc", "ctdc_omega_no_rho", "src", "vrc", "ctd_lambda"}
     assert alg.hyperparameter("lambda").default == ctd_lambda.DEFAULT_LAMBDA
     with pytest.raises(ValueError, match="lambda"):
         alg.hyperparameter("lambda").check(1.5)

@@ -371,7 +371,7 @@ def test_static_hyperparameter_compiles_one_program_per_value(monkeypatch):
     finally:
         algorithms._REGISTRY.pop("ctdc_switch", None)
     assert counter.count() == 2 and r.meta["num_programs"] == 2
-    for flag, name in ((True, "ctdc"), (False, "ctdc_literal")):
+    for flag, name in ((True, "ctdc"), (False, "ctdc_omega_no_rho")):
         ref = sweep.run(SweepSpec(env="two_state", algorithm=name, alpha=(0.01,), beta=(0.1,), zeta=(0.05,),
                                   **SMALL))
         np.testing.assert_array_equal(r.mean[:, r.grid["rho_on_omega"] == flag], ref.mean)

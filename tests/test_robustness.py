@@ -814,7 +814,7 @@ def test_iid_sampler_frequencies_match_the_model(model, seed):
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-@given(random_mdps(), st.sampled_from(["td", "tdc", "ctd", "ctdc", "ctdc_literal", "src", "vrc"]),
+@given(random_mdps(), st.sampled_from(["td", "tdc", "ctd", "ctdc", "ctdc_omega_no_rho", "src", "vrc"]),
        st.tuples(*[st.floats(0.01, 1.0)] * 3))
 def test_generic_expected_update_equals_hand_derived_on_random_mdps(model, alg_name, h):
     """The expected update derived from the update function (analysis) against the

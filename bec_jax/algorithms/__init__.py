@@ -2,7 +2,7 @@
 
 Batch them with `jax.vmap`. Each module describes itself with an `Algorithm`
 (name, init, update, hyperparameters, the paper's equations): `td`, `tdc`, `ctd`,
-`ctdc` (and `ctdc_literal`), `src`, `vrc`, and centered TD(lambda) `ctd_lambda`.
+`ctdc` (and `ctdc_omega_no_rho`), `src`, `vrc`, and centered TD(lambda) `ctd_lambda`.
 Every module of this package is found and registered on import, so adding an
 algorithm is adding a module that defines a module-level `Algorithm`.
 
@@ -39,8 +39,17 @@ def names() -> list[str]:
     return list(_REGISTRY)
 
 
+# Names that were changed: old -> (new, why).
+RENAMED = {"ctdc_literal": ("ctdc_omega_no_rho", "it puts rho on theta and u but not on omega, which is neither "
+                            "the paper's sub-sampled form nor the authors' code")}
+
+
 def get(name: str) -> Algorithm:
-    """The registered `Algorithm` called `name`; `ValueError` lists the known names."""
+    """The registered `Algorithm` called `name`; `ValueError` lists the known names
+    (and names the new name of a renamed one)."""
+    if name in RENAMED:
+        new, why = RENAMED[name]
+        raise ValueError(f"algorithm: {name!r} was renamed {new!r} ({why}); use {new!r}")
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(f"algorithm: unknown algorithm {name!r}; known: {', '.join(names())} "
                          "(or package.module:attribute for your own)")

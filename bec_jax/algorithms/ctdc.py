@@ -5,11 +5,16 @@ The paper's eqs. (32) [thetavmtdc], (33) [uvmtdc] and (34) [omegavmtdc]:
     u     <- u + zeta [delta - omega - phi^T u] phi
     omega <- omega + beta (delta - omega)
 The paper states them for sub-sampled transitions that already follow the target
-policy. With behaviour data, the authors' public code multiplies all three
-updates by rho; that is `ctdc` here (`rho_on_omega=True`). `ctdc_literal`
-(`rho_on_omega=False`) is the paper's literal eq. (34), without rho, so omega
-tracks the behaviour's mean TD error (meant for the i.i.d. setting; off-policy
-it changes the fixpoint, see `bec_jax.analysis`).
+policy (no rho anywhere). With behaviour data, the authors' public code multiplies
+all three updates by rho; that is `ctdc` here (`rho_on_omega=True`).
+`ctdc_omega_no_rho` (`rho_on_omega=False`, formerly `ctdc_literal`) puts rho on
+theta and u but not on omega, so omega tracks the behaviour's mean TD error: it is
+neither the paper's sub-sampled form nor the authors' code, and off-policy it
+changes the fixpoint and the stability (on the 2-state example its slow ODE is
+stable where `ctdc`'s is not; see `bec_jax.analysis`). The paper's sub-sampled form
+would need a sampler that keeps a behaviour transition only when its action is
+the target's (rejection), which changes which transitions a run sees; the
+samplers do not offer it.
 """
 from typing import NamedTuple
 
@@ -59,9 +64,9 @@ def update(
     return CTDCState(theta=theta, u=u, omega=omega, count=state.count + 1)
 
 
-def update_literal(state: CTDCState, tr: Transition, alpha: StepSize, beta: StepSize,
-                   zeta: StepSize) -> CTDCState:
-    """One CTDC step with the paper's literal eq. (34): no rho on omega."""
+def update_omega_no_rho(state: CTDCState, tr: Transition, alpha: StepSize, beta: StepSize,
+                        zeta: StepSize) -> CTDCState:
+    """One CTDC step with rho on theta and u but not on omega."""
     return update(state, tr, alpha, beta, zeta, rho_on_omega=False)
 
 
@@ -73,7 +78,8 @@ ALGORITHM = Algorithm(
     name="ctdc", label="CTDC", init=init, update=update, hyperparameters=_HYPERPARAMETERS,
     equations="eqs. (32)-(34) [thetavmtdc, uvmtdc, omegavmtdc], rho on all three (the authors' code)")
 
-LITERAL = Algorithm(
-    name="ctdc_literal", label="CTDC (no rho on omega)", init=init, update=update_literal,
+OMEGA_NO_RHO = Algorithm(
+    name="ctdc_omega_no_rho", label="CTDC (no rho on omega)", init=init, update=update_omega_no_rho,
     hyperparameters=_HYPERPARAMETERS,
-    equations="eqs. (32)-(34) [thetavmtdc, uvmtdc, omegavmtdc], no rho on omega (eq. (34) as printed)")
+    equations="eqs. (32)-(34) [thetavmtdc, uvmtdc, omegavmtdc] with rho on theta and u, not on omega "
+              "(neither the paper's sub-sampled form nor the authors' code)")
