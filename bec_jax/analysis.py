@@ -42,7 +42,7 @@ from bec_jax.mdp import FiniteMDP
 from bec_jax.transition import Transition
 
 METRICS = ("rmscbe", "rmspcbe", "rmspbe", "rmsve", "rmsbe", "rmspbe_emphatic", "rmspcbe_emphatic",
-           "rmsve_emphatic")
+           "rmsve_emphatic", "fixpoint_distance")
 _RANK_TOL = 1e-10
 
 
@@ -503,6 +503,10 @@ def metric(env: FiniteMDP, name: str) -> Metric:
     affine = np.hstack([(m.Pg - np.eye(S)) @ m.phi, m.r[:, None]])
     centering = np.eye(S) - np.outer(np.ones(S), w)
     base = name.removesuffix("_emphatic")
+    if name == "fixpoint_distance":
+        fs = centered_td_fixpoint_set(env)
+        P = np.eye(len(fs.theta)) - fs.null_space @ fs.null_space.T  # drops the directions along the set
+        return _compress(np.hstack([P, -(P @ fs.theta)[:, None]]))
     if base == "rmscbe":
         W = sqrt_w * (centering @ affine)
     elif base == "rmsbe":
@@ -555,6 +559,11 @@ def rmspbe_emphatic(env: FiniteMDP, theta) -> float:
 def rmspcbe_emphatic(env: FiniteMDP, theta) -> float:
     """RMSPCBE under the emphatic weighting (zero at centered ETD's fixpoint; float64)."""
     return _value(env, "rmspcbe_emphatic", theta)
+
+
+def fixpoint_distance(env: FiniteMDP, theta) -> float:
+    """Euclidean distance from theta to the centered TD fixpoint set (see `metric`)."""
+    return _value(env, "fixpoint_distance", theta)
 
 
 def rmsve_emphatic(env: FiniteMDP, theta) -> float:

@@ -593,7 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--p-zeta", type=_float("schedule.p_zeta"), help="default 0.8")
     r.add_argument("--metrics", type=_names,
                    help="comma-separated: rmscbe (default), rmspcbe, rmspbe, rmsve, rmsbe, "
-                        "rmspbe_emphatic, rmspcbe_emphatic, rmsve_emphatic")
+                        "rmspbe_emphatic, rmspcbe_emphatic, rmsve_emphatic, fixpoint_distance")
     r.add_argument("--dtype", help="float32 (default) or float64")
     r.add_argument("--seed", type=_int("seed"), help="default 0")
     r.add_argument("--divergence-bound", type=_float("divergence_bound"), help="default 1e6")

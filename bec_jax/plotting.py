@@ -16,7 +16,8 @@ from bec_jax.results import SweepResult, atomic_write
 
 METRIC_LABELS = {"rmscbe": "RMSCBE", "rmspcbe": "RMSPCBE", "rmspbe": "RMSPBE", "rmsve": "RMSVE", "rmsbe": "RMSBE",
                  "rmspbe_emphatic": "RMSPBE (emphatic weighting)",
-                 "rmspcbe_emphatic": "RMSPCBE (emphatic weighting)", "rmsve_emphatic": "RMSVE (emphatic weighting)"}
+                 "rmspcbe_emphatic": "RMSPCBE (emphatic weighting)", "rmsve_emphatic": "RMSVE (emphatic weighting)",
+                 "fixpoint_distance": "distance to the centered TD fixpoint set"}
 SYMBOLS = {"alpha": "\u03b1", "beta": "\u03b2", "zeta": "\u03b6", "lambda": "\u03bb", "gamma": "\u03b3",
            "eta": "\u03b7"}
 

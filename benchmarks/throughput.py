@@ -5,7 +5,7 @@
 
 The standard workload is the paper's Boyan chain CTDC grid: alpha (9 values) x
 beta (8) x zeta (8) = 576 points, 50 seeds, 1000 steps, RMSCBE every 10 steps,
-float32 (= experiments.paper.spec_for("boyan_chain", "ctdc")).
+float32 (= experiments.paper.spec_for("boyan_chain", "ctdc"), RMSCBE only).
 
 What it measures, in this order:
   1. that the NumPy baseline implements bec_jax's CTDC update (an assert on the same

@@ -254,6 +254,14 @@ def direct_metrics(env, theta):
         out.update({"rmscbe" + suffix: norm(centered), "rmspcbe" + suffix: norm(Pi @ centered),
                     "rmspbe" + suffix: norm(Pi @ dbar), "rmsve" + suffix: norm(v - v_pi)})
     out["rmsbe"] = np.sqrt(np.sum(d * dbar * dbar))
+    # The centered TD fixpoints: least squares on A_c theta = b_c and null(A_c), by
+    # scipy here; the distance is a least-squares problem over the set.
+    import scipy.linalg
+    A_c, b_c = analysis.centered_td_matrices(env)
+    star = np.linalg.lstsq(A_c, b_c, rcond=None)[0]
+    N = scipy.linalg.null_space(A_c, rcond=1e-10)
+    z = np.linalg.lstsq(N, theta - star, rcond=None)[0] if N.shape[1] else np.zeros(0)
+    out["fixpoint_distance"] = np.linalg.norm(theta - star - (N @ z if N.shape[1] else 0.0))
     return out
 
 

@@ -1,0 +1,147 @@
+"""Verdicts on a run: what the exact analysis and the run's curve say together.
+
+A curve alone cannot tell "converged" from "moving too slowly to see": a mode
+that decays or grows at 1e-4 per step changes the error by under 5% over the
+last quarter of a 2000-step run. So a verdict here comes from the expected
+update of the chosen step sizes (`analysis.expected_update`: E[x_{t+1} - x_t | x_t]
+= G x_t + g) and the run's curve only adds what was observed.
+
+The mean of a linear method's iterates follows the discrete map
+x -> x + G x + g exactly, so relative to the fixpoint set each eigenmode of G
+(eigenvalue lambda) is multiplied by |1 + lambda| per step. Its per-step rate is
+log|1 + lambda|: > 0 grows, < 0 decays. For small step sizes this equals
+Re(lambda) to first order (the ODE's rate); for large ones it does not, e.g. a
+complex pair with Re(lambda) < 0 can still have |1 + lambda| > 1 and grow.
+An eigenvalue within `neutral_tol` of 0 is a neutral mode: a direction along
+which the fixpoints form an affine set (a singular A_c on Boyan or Baird). It
+neither grows nor decays and is left out of both rates. Rates are per mode; the
+conditioning of the eigenbasis (transient amplification) is not included.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+# The growth factor at which a divergence is plainly visible in a run (the
+# sweep's divergence bound on |x| is of this order).
+VISIBLE_GROWTH = 1e6
+# Relative fall over the last quarter above which a curve is still "decreasing"
+# (the old label's threshold, now only a description of the run).
+_STILL_FALLING = 0.05
+
+LABELS = ("diverges", "unstable (not yet visible)", "converges", "converging (slowly)",
+          "stable in expectation, run diverged")
+
+
+class Exact(NamedTuple):
+    """The exact analysis of the mean dynamics x -> x + G x + g.
+
+    Attributes:
+      stable: no non-neutral mode grows (|1 + lambda| <= 1).
+      growth: per-step growth rate max log|1 + lambda| of the fastest-growing
+        non-neutral mode, > 0 iff unstable, else 0.0.
+      slowest: per-step decay rate min -log|1 + lambda| of the slowest
+        non-neutral mode when stable (>= 0; 0 if there is none, or if one
+        neither grows nor decays); 0.0 when unstable.
+      neutral: number of neutral modes (|lambda| <= neutral_tol).
+      steps_to_tol: steps for the slowest mode to shrink by the factor `tol`,
+        log(1/tol) / slowest; 0 when every mode is neutral (or dies in one
+        step); inf when unstable or when a non-neutral mode does not decay.
+      tol: the factor of `steps_to_tol`.
+    """
+
+    stable: bool
+    growth: float
+    slowest: float
+    neutral: int
+    steps_to_tol: float
+    tol: float
+
+
+def exact(G, tol: float = 1e-3, neutral_tol: float = 1e-10) -> Exact:
+    """The `Exact` analysis of an expected-update matrix G (see the module docstring)."""
+    G = np.asarray(G, np.float64)
+    if G.ndim != 2 or G.shape[0] != G.shape[1]:
+        raise ValueError(f"G: expected a square matrix, got shape {G.shape}")
+    if not np.all(np.isfinite(G)):
+        raise ValueError("G: has non-finite entries")
+    if not 0.0 < tol < 1.0:
+        raise ValueError(f"tol: expected a value in (0, 1), got {tol}")
+    lam = np.linalg.eigvals(G) if G.size else np.zeros(0, complex)
+    is_neutral = np.abs(lam) <= neutral_tol
+    live = lam[~is_neutral]
+    # log|1 + lambda| = 0.5 log1p(2 Re + Re^2 + Im^2): accurate for tiny lambda,
+    # where log(abs(1 + lambda)) would lose the digits that are the rate.
+    with np.errstate(divide="ignore"):
+        rate = 0.5 * np.log1p(2.0 * live.real + live.real ** 2 + live.imag ** 2)
+    neutral = int(is_neutral.sum())
+    if live.size and rate.max() > 0.0:
+        return Exact(False, float(rate.max()), 0.0, neutral, math.inf, tol)
+    if not live.size:  # only neutral modes: already on the fixpoint set's directions
+        return Exact(True, 0.0, 0.0, neutral, 0.0, tol)
+    slowest = float(-rate.max())  # >= 0 here; inf if every mode dies in one step
+    steps = math.log(1.0 / tol) / slowest if slowest > 0.0 else math.inf
+    return Exact(True, 0.0, slowest, neutral, steps, tol)
+
+
+def exact_for(env, algorithm, hyperparameters: dict | None, tol: float = 1e-3,
+              neutral_tol: float = 1e-10) -> Exact:
+    """`exact` of the algorithm's expected update on `env` at these step sizes
+    (`analysis.expected_update`; an algorithm's traces are handled there)."""
+    from bec_jax import analysis  # JAX only when a model is analysed
+
+    G, _ = analysis.expected_update(env, algorithm, hyperparameters)
+    return exact(G, tol=tol, neutral_tol=neutral_tol)
+
+
+def curve_trend(curve, diverged: bool) -> str:
+    """How a mean error curve over the logged steps behaved: "diverged" (the
+    flag, or a non-finite value), "growing" (last > first), "decreasing" (the
+    last quarter still fell by more than 5%) or "flat". A description of the
+    run, never a verdict on its own."""
+    c = np.asarray(curve, np.float64)
+    if c.ndim != 1 or c.size == 0:
+        raise ValueError(f"curve: expected a non-empty 1-D array, got shape {c.shape}")
+    if diverged or not np.all(np.isfinite(c)):
+        return "diverged"
+    if c[-1] > c[0]:
+        return "growing"
+    q = c[-(len(c) // 4 + 1):]
+    return "decreasing" if q[0] - q[-1] > _STILL_FALLING * abs(q[-1]) + 1e-12 else "flat"
+
+
+class Verdict(NamedTuple):
+    """A label from `LABELS` and a one-line reason naming what decided it."""
+
+    label: str
+    reason: str
+
+
+def _steps_text(s: float) -> str:
+    return "never" if not math.isfinite(s) else str(math.ceil(s))
+
+
+def verdict(ex: Exact, curve, steps: int, diverged: bool) -> Verdict:
+    """The verdict on a run of `steps` steps: stability and rates from the exact
+    analysis `ex`, what was seen from its mean `curve` (`curve_trend`)."""
+    trend = curve_trend(curve, diverged)
+    run = f"run: {trend} over {steps} steps"
+    if not ex.stable:
+        growth = f"analysis: unstable, growth {ex.growth:.2e}/step"
+        if trend in ("diverged", "growing"):
+            return Verdict("diverges", f"{growth}; {run}")
+        visible = math.log(VISIBLE_GROWTH) / ex.growth
+        return Verdict("unstable (not yet visible)",
+                       f"{growth}, a {VISIBLE_GROWTH:.0e} growth shows after ~{_steps_text(visible)} steps; "
+                       f"{run}, so not yet visible")
+    modes = f"slowest mode {ex.slowest:.2e}/step" + (f", {ex.neutral} neutral" if ex.neutral else "")
+    if trend == "diverged":
+        return Verdict("stable in expectation, run diverged",
+                       f"analysis: stable ({modes}); run: diverged over {steps} steps "
+                       "(sampling noise or a step too large for the sampled recursion)")
+    within = f"it shrinks by {ex.tol:.0e} in {_steps_text(ex.steps_to_tol)} steps"
+    if steps >= ex.steps_to_tol:
+        return Verdict("converges", f"analysis: stable, {modes}, {within} <= {steps}; {run}")
+    return Verdict("converging (slowly)", f"analysis: stable, {modes}, {within} > the run's {steps}; {run}")
