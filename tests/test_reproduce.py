@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from bec_jax import envs, verdicts
 from bec_jax.cli import main
 from bec_jax.results import SweepResult
 
@@ -35,7 +36,10 @@ def test_table_matches_the_saved_sweeps(quick):
         b = res.best_index()
         assert float(r["alpha"]) == res.point(b)["alpha"]
         assert float(r["final_mean"]) == pytest.approx(res.mean[0, b, -1], rel=1e-6)
-        assert r["verdict"] in ("converged", "decreasing", "growing", "diverged")
+        assert r["verdict"] in verdicts.LABELS and r["verdict_reason"].startswith("analysis: ")
+        # The verdict's analysis is the exact one of the chosen point.
+        ex = verdicts.exact_for(envs.make(r["env"]), r["algorithm"], res.point(b))
+        assert (r["stable"] == "True") == ex.stable
     md = (quick / "table.md").read_text()
     assert sum(line.startswith("| ") for line in md.splitlines()) == 13  # header + 12 rows
 
@@ -46,9 +50,13 @@ def test_known_facts_show_up(quick):
     for env, rmscbe0 in (("boyan_chain", 0.9434593), ("two_state", 0.5), ("baird", 3.1493440)):
         for a in ("td", "tdc", "ctd", "ctdc"):
             assert float(rows[(env, a)]["initial_rmscbe"]) == pytest.approx(rmscbe0, rel=1e-5)
-    # TD's error grows on both counterexamples, even at its best step size.
-    assert rows[("two_state", "td")]["verdict"] == "growing"
-    assert rows[("baird", "td")]["verdict"] == "growing"
+    # TD diverges on both counterexamples, even at its best step size: unstable by
+    # the analysis, and the run's error grew.
+    assert rows[("two_state", "td")]["verdict"] == "diverges"
+    assert rows[("baird", "td")]["verdict"] == "diverges"
+    # 2-state CTDC is unstable at every constant step size (the determinant argument).
+    assert rows[("two_state", "ctdc")]["stable"] == "False"
+    assert rows[("two_state", "ctdc")]["verdict"] in ("diverges", "unstable (not yet visible)")
 
 
 def test_report_states_each_claim_and_the_lemma(quick):
@@ -104,3 +112,18 @@ def test_tdrc_reproduction_writes_its_files(quick_tdrc):
 def test_reproduce_rejects_an_unknown_paper(tmp_path, capsys):
     assert main(["reproduce", "--paper", "nope", "--out", str(tmp_path / "x")]) == 2
     assert "paper: unknown paper 'nope'; known: bec, tdrc" in capsys.readouterr().err
+
+
+def test_report_gives_the_exact_analysis_of_each_claim(quick):
+    rep = (quick / "report.md").read_text()
+    # The determinant argument for 2-state CTDC, the rho convention, why Boyan and
+    # Baird escape, and Theorem 2's hypotheses next to the claims.
+    assert "det(G1) = 0.05 > 0" in rep
+    assert "+0.02 with rho on omega" in rep and "-0.034 without" in rep
+    assert "constant in the span yes" in rep and "constant in the span no" in rep
+    assert "A_c has rank 3 of 4" in rep and "A_c has rank 6 of 8; C has rank 7 of 8" in rep
+    assert "stable only for beta/alpha above 0.2 " in rep
+    for name in ("ctd_stability", "ctdc_rho", "figure1_rmspcbe", "figure1_fixpoint_distance"):
+        assert (quick / f"{name}.png").stat().st_size > 5_000, name
+    rows = {(r["env"], r["algorithm"]): r for r in csv.DictReader(open(quick / "table.csv"))}
+    assert float(rows[("boyan_chain", "ctd")]["final_rmspcbe"]) > 0

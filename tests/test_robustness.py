@@ -645,7 +645,7 @@ def test_td_on_baird_diverges_with_every_seed_flagged(tmp_path):
     paper.save_figure(paper.figure1({"baird": {"td": r}}), str(tmp_path), "fig1")
     paper.save_figure(paper.sensitivity_figure("baird", {"td": r}), str(tmp_path), "sens")
     assert (tmp_path / "fig1.png").stat().st_size > 1000 and (tmp_path / "sens.pdf").stat().st_size > 1000
-    assert paper.point_verdict(r, 0) == "diverged"
+    assert paper.point_verdict(r, 0).label == "diverges"
 
 
 @pytest.mark.parametrize("seeds", [100, 1000])

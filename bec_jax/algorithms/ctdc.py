@@ -11,10 +11,11 @@ all three updates by rho; that is `ctdc` here (`rho_on_omega=True`).
 theta and u but not on omega, so omega tracks the behaviour's mean TD error: it is
 neither the paper's sub-sampled form nor the authors' code, and off-policy it
 changes the fixpoint and the stability (on the 2-state example its slow ODE is
-stable where `ctdc`'s is not; see `bec_jax.analysis`). The paper's sub-sampled form
-would need a sampler that keeps a behaviour transition only when its action is
-the target's (rejection), which changes which transitions a run sees; the
-samplers do not offer it.
+stable where `ctdc`'s is not; see `bec_jax.analysis`). The paper's sub-sampled
+form (rho-free updates on behaviour transitions kept with probability
+proportional to rho) has exactly `ctdc`'s expected update (checked in
+`bec_jax.experiments.theory.rho_convention`), so `ctdc` is the paper's algorithm
+in the mean; the samplers do not offer the rejection step itself.
 """
 from typing import NamedTuple
 
