@@ -27,10 +27,12 @@ The pieces: `plan` (groups and chunks), `make_program` (compile), `run_chunks`
 """
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -547,7 +549,9 @@ def _progress(done: int, total: int, t0: float, ran: int, todo: int) -> None:
 
 
 class ChunkRun(NamedTuple):
-    """What `run_chunks` returns: every chunk's outputs and the timings."""
+    """What `run_chunks` returns: every chunk's outputs, the timings and the
+    number of programs compiled (not counting those reused from this process's
+    earlier sweeps)."""
 
     results: dict
     compile_time_s: float
@@ -585,6 +589,28 @@ def _fetch(out: dict) -> dict:
     return jax.device_get(out)
 
 
+# Compiled programs kept in this process, so a sweep run again with another base
+# seed (a confirmation on fresh seeds, say), or a chunk shape seen before, skips
+# compiling: the seed is an argument of the program, everything else that shapes
+# it is in the key. The least recently used are dropped beyond MAX_EXECUTABLES.
+MAX_EXECUTABLES = 32
+_EXECUTABLES: OrderedDict = OrderedDict()
+_EXECUTABLES_LOCK = threading.Lock()  # sweeps may run in threads (the reproductions do)
+
+
+def _memo_key(spec, group: Group, size: int, devices, compiler_options, eng) -> tuple:
+    """What a compiled chunk program depends on: the spec but its base seed, the
+    group's models (by content), the algorithm's functions, the chunk size, the
+    devices, the compiler options and the engine."""
+    d = spec.to_dict()
+    d.pop("seed", None)
+    alg = spec.algorithm_def
+    models = tuple(fingerprint(m) for m in group.models)
+    return (json.dumps(d, sort_keys=True, default=str), models, id(alg.init), id(alg.update), group.static,
+            tuple(np.asarray(group.indices).tolist()), size, tuple(dev.id for dev in devices),
+            json.dumps(compiler_options, sort_keys=True, default=str), eng.__name__)
+
+
 def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], devices, *,
                done: dict | None = None, only=None, compiler_options: dict | None = None,
                on_chunk: Callable | None = None, progress: bool | None = None, engine=None) -> ChunkRun:
@@ -602,7 +628,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
         compiler_options = CPU_COMPILER_OPTIONS if devices[0].platform == "cpu" else {}
     seed = np.uint32(spec.seed)
     compiled: dict[tuple, Callable] = {}
-    compile_time, t_run, shown = 0.0, 0.0, False
+    compile_time, t_run, shown, n_compiled = 0.0, 0.0, False, 0
     t_start = time.perf_counter()
     bar = None
     if todo and engine is None and _want_block_progress(progress):
@@ -617,6 +643,12 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
             c = c._replace(indices=_pad(c.indices, len(devices)))
             size = len(c.indices)
             key = (c.group, size)
+            memo = None if bar is not None else _memo_key(spec, groups[c.group], size, devices, compiler_options, eng)
+            if key not in compiled and memo is not None:
+                with _EXECUTABLES_LOCK:
+                    if memo in _EXECUTABLES:
+                        compiled[key] = _EXECUTABLES[memo]
+                        _EXECUTABLES.move_to_end(memo)
             fresh = key not in compiled
             if fresh:
                 t = time.perf_counter()
@@ -626,13 +658,20 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                               NamedSharding(program.mesh, PartitionSpec(GRID_AXIS)))
                 else:
                     placed = (devices[0], devices[0])
-                compiled[key] = (program.fn, placed, _place(seed, placed[0]))
-            exe, placed, seed_dev = compiled[key]
+                compiled[key] = (program.fn, placed)
+            exe, placed = compiled[key]
+            seed_dev = _place(seed, placed[0])  # this run's seed (a memoised program may come from another)
             grid = {k: _place(v, placed[1]) for k, v in eng.chunk_grid(spec, groups[c.group], c).items()}
             if fresh:
                 exe = exe.lower(seed_dev, grid).compile(compiler_options or None)
-                compiled[key] = (exe, placed, seed_dev)
+                compiled[key] = (exe, placed)
                 compile_time += time.perf_counter() - t
+                n_compiled += 1
+                if memo is not None:
+                    with _EXECUTABLES_LOCK:
+                        _EXECUTABLES[memo] = compiled[key]
+                        while len(_EXECUTABLES) > MAX_EXECUTABLES:
+                            _EXECUTABLES.popitem(last=False)
             t = time.perf_counter()
             out = _fetch(exe(seed_dev, grid))
             t_run += time.perf_counter() - t
@@ -652,7 +691,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
             sys.stderr.write("\n")
             sys.stderr.flush()
     computed = sum(chunks[i].n for i in todo)
-    return ChunkRun(results, compile_time, t_run, len(compiled), computed)
+    return ChunkRun(results, compile_time, t_run, n_compiled, computed)
 
 
 def _unbounded_where_diverged(cat: dict) -> dict:

@@ -193,3 +193,23 @@ def test_device_count_independence(full, tmp_path):
     # Bitwise: the program has no reduction whose order depends on the batch shape.
     np.testing.assert_array_equal(z["mean"], full.mean)
     np.testing.assert_array_equal(z["final"], full.final)
+
+
+def test_programs_are_reused_in_process_only_where_they_are_the_same():
+    """A sweep run again with another base seed reuses the compiled program (the
+    seed is an argument) and gets that seed's results, bit for bit those of a
+    fresh compile; a change that shapes the program compiles anew."""
+    from bec_jax.spec import SweepSpec
+    spec = SweepSpec(env="two_state", algorithm="ctd", alpha=(0.01, 0.02), beta=(0.1,), seeds=4, steps=60,
+                     log_every=20)
+    a = sweep.run(spec, progress=False)
+    b = sweep.run(spec.replace(seed=5), progress=False)
+    assert b.meta["compiled_programs"] == 0 and b.meta["compile_time_s"] == 0.0
+    assert not np.array_equal(a.final, b.final)
+    sweep._EXECUTABLES.clear()
+    fresh = sweep.run(spec.replace(seed=5), progress=False)
+    assert fresh.meta["compiled_programs"] == 1
+    np.testing.assert_array_equal(fresh.mean, b.mean)
+    np.testing.assert_array_equal(fresh.final, b.final)
+    other = sweep.run(spec.replace(steps=80), progress=False)
+    assert other.meta["compiled_programs"] == 1
