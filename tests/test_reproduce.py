@@ -127,3 +127,21 @@ def test_report_gives_the_exact_analysis_of_each_claim(quick):
         assert (quick / f"{name}.png").stat().st_size > 5_000, name
     rows = {(r["env"], r["algorithm"]): r for r in csv.DictReader(open(quick / "table.csv"))}
     assert float(rows[("boyan_chain", "ctd")]["final_rmspcbe"]) > 0
+    # One section per claim with its hypotheses, analysis, simulation and one-line verdict.
+    for part in ("## 1. Off-policy TD diverges", "**Hypotheses**", "**Exact analysis**", "**Simulation**",
+                 "**Verdict:**", "Theorem 2's conditions (i.i.d. samples", "on fresh seeds"):
+        assert part in rep, part
+    meta = json.load(open(quick / "meta.json"))
+    # VRC is CTD and SRC is TD (zero rewards), run for run, on both counterexamples.
+    for env in ("two_state", "baird"):
+        assert meta["reward_centering"][env]["vrc_equals_ctd"] and meta["reward_centering"][env]["src_equals_td"]
+    # The confirmation: fresh seeds differ from the selection's, at the same point.
+    c = meta["confirmation"]["boyan_chain"]["ctd"]
+    assert c["fresh"]["final_mean"] != c["selection"]["final_mean"]
+    lo, hi = c["fresh"]["final_ci"]
+    assert lo < c["fresh"]["final_mean"] < hi
+    assert float(rows[("boyan_chain", "ctd")]["fresh_final_mean"]) == pytest.approx(c["fresh"]["final_mean"])
+    # Under the theorems' conditions 2-state CTD reaches the fixpoint set and CTDC moves away.
+    ts = meta["timescale_runs"]["two_state"]
+    assert ts["ctd"]["final_distance"] < ts["ctd"]["initial_distance"]
+    assert ts["ctdc"]["final_distance"] > ts["ctdc"]["initial_distance"]
