@@ -598,6 +598,13 @@ _EXECUTABLES: OrderedDict = OrderedDict()
 _EXECUTABLES_LOCK = threading.Lock()  # sweeps may run in threads (the reproductions do)
 
 
+def clear_compiled() -> None:
+    """Forgets the compiled programs kept in this process: the next sweep
+    compiles afresh (benchmarks that time compiles call it)."""
+    with _EXECUTABLES_LOCK:
+        _EXECUTABLES.clear()
+
+
 def _memo_key(spec, group: Group, size: int, devices, compiler_options, eng) -> tuple:
     """What a compiled chunk program depends on: the spec but its base seed, the
     group's models (by content), the algorithm's functions, the chunk size, the

@@ -94,6 +94,7 @@ def main(argv=None) -> int:
     b_runs, j_runs = [], []
     for i in range(repeats):
         b = baseline.run_grid(pts, seeds, spec.steps, spec.log_every, problem=problem)
+        sweep.clear_compiled()  # each round compiles afresh, as the compile figure says
         r = sweep.run(spec, progress=False)
         m = r.meta
         b_runs.append({"updates": b["updates"], "seconds": b["seconds"], "updates_per_s": b["updates_per_s"]})

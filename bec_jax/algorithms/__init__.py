@@ -47,7 +47,7 @@ RENAMED = {"ctdc_literal": ("ctdc_omega_no_rho", "it puts rho on theta and u but
 def get(name: str) -> Algorithm:
     """The registered `Algorithm` called `name`; `ValueError` lists the known names
     (and names the new name of a renamed one)."""
-    if name in RENAMED:
+    if isinstance(name, str) and name in RENAMED:
         new, why = RENAMED[name]
         raise ValueError(f"algorithm: {name!r} was renamed {new!r} ({why}); use {new!r}")
     if not isinstance(name, str) or name not in _REGISTRY:
