@@ -56,10 +56,14 @@ ValueFn = Callable[[Params, Any], jax.Array]  # v(params, x) -> () value of one 
 
 class OmegaState(NamedTuple):
     """omega: () running estimate of the mean TD error E_pi[delta]; count: updates
-    so far (evaluates a step-size schedule)."""
+    APPLIED so far (evaluates a step-size schedule; a skipped or fully masked
+    batch does not advance it); skipped: batches whose increment was not finite
+    (NaN/inf TD errors), left out by `omega_update`. `skipped` defaults to 0, so
+    `OmegaState(omega=..., count=...)` still constructs a valid state."""
 
     omega: jax.Array
     count: jax.Array
+    skipped: jax.Array | int = 0
 
 
 def omega_init(omega0: float = 0.0, dtype=jnp.float32) -> OmegaState:
@@ -68,7 +72,7 @@ def omega_init(omega0: float = 0.0, dtype=jnp.float32) -> OmegaState:
 
 
 def omega_update(state: OmegaState, delta: jax.Array, rho: jax.Array | float,
-                 beta: StepSize) -> OmegaState:
+                 beta: StepSize, *, mask: jax.Array | None = None) -> OmegaState:
     """omega <- omega + beta mean(rho (delta - omega)) (paper eq. omegawithrho; eq.
     omega when rho = 1).
 
@@ -76,13 +80,39 @@ def omega_update(state: OmegaState, delta: jax.Array, rho: jax.Array | float,
     batch mean); `rho` is a scalar or has delta's shape. `beta` is a float or an
     optax schedule of the update count. Pass rho = 1 for the paper's literal eq.
     omegavmtdc (omega then tracks the behaviour's mean TD error).
+
+    mask: optional bool, delta's shape: the mean is over the entries where mask
+    is true only (masked-out entries may hold anything, NaN included). An
+    all-false mask is a no-op (omega, count and skipped unchanged).
+
+    Guard: if the increment beta * mean(...) is not finite (a NaN/inf TD error
+    or rho among the used entries), omega is left unchanged and `skipped` is
+    incremented. `count` advances only on applied updates, so a step-size
+    schedule sees the same sequence as if the bad batch had never arrived.
     """
     chex.assert_rank(state.omega, 0)
     chex.assert_type(delta, float)
     rho = jnp.broadcast_to(jnp.asarray(rho, delta.dtype), delta.shape)
+    omega0 = jnp.asarray(state.omega)
+    inc = rho * (delta - omega0)
+    if mask is None:
+        n = jnp.asarray(inc.size, jnp.int32)
+        total = jnp.sum(inc)
+    else:
+        mask = jnp.broadcast_to(jnp.asarray(mask, bool), delta.shape)
+        n = jnp.sum(mask, dtype=jnp.int32)
+        total = jnp.sum(jnp.where(mask, inc, jnp.zeros_like(inc)))
+    step = total / jnp.maximum(n, 1).astype(inc.dtype)
     b = resolve(beta, state.count)
-    step = jnp.mean(rho * (delta - state.omega))
-    return OmegaState(omega=state.omega + b * step, count=state.count + 1)
+    increment = b * step
+    used = n > 0
+    finite = jnp.isfinite(increment) & jnp.isfinite(step)
+    apply = used & finite
+    omega = jnp.where(apply, omega0 + jnp.where(finite, increment, 0.0), omega0)
+    count = jnp.asarray(state.count) + apply.astype(jnp.int32)
+    skipped = jnp.asarray(state.skipped, jnp.int32) + (used & ~finite).astype(jnp.int32)
+    return OmegaState(omega=omega.astype(omega0.dtype), count=count.astype(
+        jnp.asarray(state.count).dtype), skipped=skipped)
 
 
 # ---------------------------------------------------------------------- helpers

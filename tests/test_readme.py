@@ -53,3 +53,16 @@ def test_control_program_runs_as_pasted(tmp_path):
     # Every run finished its 3000 episodes, and the greedy path is 13 steps long.
     assert int(m.group(5)) == 20
     assert 13.0 <= float(m.group(4)) < 14.0 and 13.0 < float(m.group(3)) < 20.0
+
+
+def test_ppo_recipe_runs_as_pasted(tmp_path):
+    text = open(os.path.join(REPO, "README.md")).read()
+    part = text[text.index("### PPO/A2C with centering"):]
+    code = re.findall(r"```python\n(.*?)```", part, re.S)[0]
+    (tmp_path / "recipe.py").write_text(code)
+    p = subprocess.run([sys.executable, "recipe.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = re.search(r"advantages \(8,\), omega (-?[0-9.]+)", p.stdout)
+    assert m, p.stdout
+    # One update with beta = 0.01 from omega = 0: 0.01 x the mean TD error (rewards -1).
+    assert -0.05 < float(m.group(1)) < 0.0
