@@ -650,35 +650,37 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
             c = c._replace(indices=_pad(c.indices, len(devices)))
             size = len(c.indices)
             key = (c.group, size)
-            memo = None if bar is not None else _memo_key(spec, groups[c.group], size, devices, compiler_options, eng)
-            if key not in compiled and memo is not None:
-                with _EXECUTABLES_LOCK:
-                    if memo in _EXECUTABLES:
-                        compiled[key] = _EXECUTABLES[memo]
-                        _EXECUTABLES.move_to_end(memo)
-            fresh = key not in compiled
-            if fresh:
+            grid = None
+            if key not in compiled:  # this run's first chunk of this shape
                 t = time.perf_counter()
-                program = eng.make_program(spec, groups[c.group], size, devices, on_block=bar)
-                if program.mesh is not None:
-                    placed = (NamedSharding(program.mesh, PartitionSpec()),
-                              NamedSharding(program.mesh, PartitionSpec(GRID_AXIS)))
-                else:
-                    placed = (devices[0], devices[0])
-                compiled[key] = (program.fn, placed)
-            exe, placed = compiled[key]
-            seed_dev = _place(seed, placed[0])  # this run's seed (a memoised program may come from another)
-            grid = {k: _place(v, placed[1]) for k, v in eng.chunk_grid(spec, groups[c.group], c).items()}
-            if fresh:
-                exe = exe.lower(seed_dev, grid).compile(compiler_options or None)
-                compiled[key] = (exe, placed)
-                compile_time += time.perf_counter() - t
-                n_compiled += 1
-                if memo is not None:
-                    with _EXECUTABLES_LOCK:
-                        _EXECUTABLES[memo] = compiled[key]
-                        while len(_EXECUTABLES) > MAX_EXECUTABLES:
-                            _EXECUTABLES.popitem(last=False)
+                memo = None if bar is not None else _memo_key(spec, groups[c.group], size, devices,
+                                                              compiler_options, eng)
+                with _EXECUTABLES_LOCK:
+                    hit = _EXECUTABLES.get(memo) if memo is not None else None
+                    if hit is not None:
+                        _EXECUTABLES.move_to_end(memo)
+                if hit is None:
+                    program = eng.make_program(spec, groups[c.group], size, devices, on_block=bar)
+                    if program.mesh is not None:
+                        placed = (NamedSharding(program.mesh, PartitionSpec()),
+                                  NamedSharding(program.mesh, PartitionSpec(GRID_AXIS)))
+                    else:
+                        placed = (devices[0], devices[0])
+                    seed_dev = _place(seed, placed[0])
+                    grid = {k: _place(v, placed[1]) for k, v in eng.chunk_grid(spec, groups[c.group], c).items()}
+                    hit = (program.fn.lower(seed_dev, grid).compile(compiler_options or None), placed)
+                    compile_time += time.perf_counter() - t
+                    n_compiled += 1
+                    if memo is not None:
+                        with _EXECUTABLES_LOCK:
+                            _EXECUTABLES[memo] = hit
+                            while len(_EXECUTABLES) > MAX_EXECUTABLES:
+                                _EXECUTABLES.popitem(last=False)
+                # The seed is placed per run: a memoised program may come from another seed's run.
+                compiled[key] = (*hit, _place(seed, hit[1][0]))
+            exe, placed, seed_dev = compiled[key]
+            if grid is None:
+                grid = {k: _place(v, placed[1]) for k, v in eng.chunk_grid(spec, groups[c.group], c).items()}
             t = time.perf_counter()
             out = _fetch(exe(seed_dev, grid))
             t_run += time.perf_counter() - t

@@ -90,8 +90,8 @@ def _step_vector(env_name: str, alg: str, steps: dict) -> np.ndarray:
 
 
 def _rank(M: np.ndarray) -> int:
-    s = np.linalg.svd(M, compute_uv=False)
-    return int(np.sum(s > RANK_TOL * max(s.max(initial=0.0), 1e-300)))
+    """Numerical rank, as `analysis.fixpoint_set` counts it."""
+    return analysis.fixpoint_set(M, np.zeros(M.shape[0])).rank
 
 
 def _pinv(C: np.ndarray) -> np.ndarray:

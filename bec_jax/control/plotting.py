@@ -7,26 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from bec_jax.plotting import new_figure, save_figure, symbol
+from bec_jax.plotting import algorithm_label, new_figure, save_figure, step_label, symbol
 
 STAT_LABELS = {"length": "steps per episode", "return": "return per episode"}
-
-
-def _fmt(v: float) -> str:
-    return f"{v:g}"
-
-
-def point_label(r, i: int) -> str:
-    """'α=0.1, β=0.0001' for grid point i of result r (every column)."""
-    return ", ".join(f"{symbol(n)}={_fmt(v)}" for n, v in r.point(i).items())
-
-
-def algorithm_label(r) -> str:
-    """The algorithm's display name."""
-    try:
-        return r.spec.algorithm_def.label
-    except AttributeError:
-        return r.algorithm
 
 
 def smooth(y: np.ndarray, window: int) -> np.ndarray:
@@ -54,7 +37,7 @@ def curves(ax, results: dict, stat: str = "length", by: str = "episode", window:
             m, lo, hi = (smooth(v, window) for v in (m, lo, hi))
         else:
             x, m, lo, hi = r.curve_by_step(i, stat)
-        label = f"{st.get('label', algorithm_label(r))} ({point_label(r, i)})"
+        label = f"{st.get('label', algorithm_label(r))} ({step_label(r, i, varying_only=False)})"
         n_ok = int(r.valid[i].sum())
         if n_ok < r.seeds:  # the curve is of the runs that finished every episode
             label += f", {n_ok} of {r.seeds} runs finished"

@@ -7,6 +7,7 @@ callers get the same checks and the same one-line `ValueError` naming the field.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 from typing import Any
@@ -132,10 +133,14 @@ class ControlSpec:
         from bec_jax.control import algorithms
         return algorithms.get(self.algorithm)
 
-    def make_task(self):
-        """The `ControlEnv` of `task` with `task_params`."""
+    @functools.cached_property
+    def _task(self):
         from bec_jax.control import tasks
         return tasks.make(self.task, **self.task_params)
+
+    def make_task(self):
+        """The `ControlEnv` of `task` with `task_params` (built once per spec)."""
+        return self._task
 
     @property
     def episode_cap(self) -> int:
