@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from bec_jax.plotting import algorithm_label, new_figure, save_figure, step_label, symbol
+from bec_jax.plotting import (
+    algorithm_label,
+    new_figure,
+    save_figure,
+    step_label,
+    symbol,
+)
 
 STAT_LABELS = {"length": "steps per episode", "return": "return per episode"}
 
