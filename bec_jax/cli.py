@@ -96,6 +96,15 @@ def _float(field: str):
     return parse
 
 
+def _size(text: str) -> int:
+    """A size in bytes: 3GB, 500MiB, 2e9."""
+    from bec_jax.memory import parse_size
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _value(text: str):
     """A command-line value: an int, a float, true/false, or else the string itself."""
     t = text.strip()
@@ -316,14 +325,20 @@ def _run_into_dir(spec, args, command: str):
     again = f"bec-jax {command} --out {shlex.quote(args.out)} --resume"
     with runner.StopOnSignal() as stop:
         try:
+            budget = getattr(args, "memory_budget", None)
             result = runner.run_to_dir(spec, args.out, overwrite=args.overwrite, resume=args.resume,
-                                       chunk_size=args.chunk_size, stop=stop, part=part)
+                                       chunk_size=args.chunk_size, stop=stop, part=part,
+                                       **({"memory_budget": budget} if budget is not None else {}))
         except runner.Interrupted as e:
             if e.saved is None:
                 raise
             name = signal.Signals(e.signum).name
-            print(f"bec-jax: interrupted by {name} after {e.saved} of {e.total} chunks; the finished ones "
-                  f"are saved in {chunks_dir}; to continue: {again}", file=sys.stderr)
+            inside = ""
+            if e.segment is not None:
+                i, j, n = e.segment
+                inside = f" and chunk {i + 1} after log block {j} of {n} (its state is saved)"
+            print(f"bec-jax: interrupted by {name} after {e.saved} of {e.total} chunks{inside}; the finished "
+                  f"work is saved in {chunks_dir}; to continue: {again}", file=sys.stderr)
             return 128 + e.signum
     if part is not None:
         print(f"part {result['part']}: done; {result['chunks_done']} of {result['chunks_total']} chunks are in "
@@ -598,6 +613,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_int("seed"), help="default 0")
     r.add_argument("--divergence-bound", type=_float("divergence_bound"), help="default 1e6")
     r.add_argument("--chunk-size", type=_int("chunk_size"))
+    r.add_argument("--memory-budget", type=_size, metavar="SIZE",
+                   help="device memory one compiled call may use, e.g. 3GB or 500MiB (default: 2 GiB or what "
+                        "is free, the less); a larger sweep runs in seed chunks and time segments")
     r.add_argument("--out")
     r.add_argument("--overwrite", action="store_true", help="allow a non-empty --out (start over)")
     r.add_argument("--resume", action="store_true",

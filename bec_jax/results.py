@@ -27,6 +27,44 @@ SUMMARY_CSV = "summary.csv"
 META_FILE = "meta.json"
 STUDY_FILE = "study.json"
 GRID_PREFIX = "grid_"
+LOGS_DIR = "curves"        # a large result's logs, one .npy each, read memory-mapped
+LOGS_MARKER = "logs_on_disk"
+LOG_LAYOUT = {"steps": "(L,)", "mean": "(G, M, L)", "std": "(G, M, L)", "sem": "(G, M, L)", "alive": "(G, L)"}
+
+
+def log_path(out_dir: str, name: str) -> str:
+    """The file of log array `name` of a result saved with its logs on disk."""
+    return os.path.join(out_dir, LOGS_DIR, f"{name}.npy")
+
+
+def open_log(out_dir: str, name: str, shape: tuple, dtype) -> np.memmap:
+    """A new memory-mapped .npy file for log array `name` (see `LOG_LAYOUT`)."""
+    os.makedirs(os.path.join(out_dir, LOGS_DIR), exist_ok=True)
+    return np.lib.format.open_memmap(log_path(out_dir, name), mode="w+", dtype=dtype, shape=shape)
+
+
+SLAB_BYTES = 64 << 20  # copies of large (memory-mapped) logs go in slabs of log points
+
+
+def copy_rows(dst, rows, src) -> None:
+    """dst[rows] = src, in slabs along the last axis when src is large (a
+    memory-mapped chunk log is then never read whole). A 1-D src fills dst whole."""
+    src_bytes = src.size * src.itemsize
+    if src_bytes <= SLAB_BYTES:
+        dst[rows] = src
+        return
+    T = src.shape[-1]
+    step = max(1, T * SLAB_BYTES // src_bytes)
+    for t in range(0, T, step):
+        if src.ndim == 1:
+            dst[t:t + step] = src[t:t + step]
+        else:
+            dst[rows, ..., t:t + step] = src[..., t:t + step]
+
+
+def _in_file(arr, path: str) -> bool:
+    return isinstance(arr, np.memmap) and getattr(arr, "filename", None) is not None and \
+        os.path.abspath(arr.filename) == os.path.abspath(path)
 
 
 def _finite(x):
@@ -327,31 +365,61 @@ class SweepResult:
         return pd.concat(frames, ignore_index=True)
 
     # -- persistence -------------------------------------------------------------
-    def arrays(self) -> dict[str, np.ndarray]:
+    def arrays(self, logs: bool = True) -> dict[str, np.ndarray]:
         """The arrays written to `curves.npz`: `steps` (L,), `mean`/`std`/`sem`
         (G, L) for the first metric, the same per metric as `mean_<metric>` etc.,
         the grid as `grid_<column>` (G,), `alive`, `final_<metric>` and
-        `diverged_step`."""
+        `diverged_step`; with `logs=False` not the logged arrays (steps, mean,
+        std, sem, alive)."""
         out = {"steps": self.steps, "mean": self.mean[0], "std": self.std[0], "sem": self.sem[0],
-               "alive": self.alive, "diverged_step": self.diverged_step}
+               "alive": self.alive} if logs else {}
+        out["diverged_step"] = self.diverged_step
         for n, v in self.grid.items():
             out[GRID_PREFIX + n] = v
         for i, name in enumerate(self.metrics):
-            out[f"mean_{name}"] = self.mean[i]
-            out[f"std_{name}"] = self.std[i]
-            out[f"sem_{name}"] = self.sem[i]
+            if logs:
+                out[f"mean_{name}"] = self.mean[i]
+                out[f"std_{name}"] = self.std[i]
+                out[f"sem_{name}"] = self.sem[i]
             out[f"final_{name}"] = self.final[i]
             if self.auc_seed is not None:
                 out[f"auc_seed_{name}"] = self.auc_seed[i]
         return out
 
+    @property
+    def log_nbytes(self) -> int:
+        """Bytes of the logged arrays (mean, std, sem, alive, steps)."""
+        return int(sum(a.size * a.itemsize for a in (self.mean, self.std, self.sem, self.alive, self.steps)))
+
+    def _save_logs(self, out_dir: str) -> None:
+        """The logs as `curves/<name>.npy` (see `LOG_LAYOUT`), copied in slabs of
+        log points unless they already are those files (a streamed run's)."""
+        views = {"steps": self.steps, "mean": np.moveaxis(self.mean, 0, 1), "std": np.moveaxis(self.std, 0, 1),
+                 "sem": np.moveaxis(self.sem, 0, 1), "alive": self.alive}
+        for name, arr in views.items():
+            path = log_path(out_dir, name)
+            if _in_file(arr, path):
+                arr.flush()
+                continue
+            dst = open_log(out_dir, name, arr.shape, arr.dtype)
+            copy_rows(dst, slice(None), arr)
+            dst.flush()
+            del dst
+
     def save(self, out_dir: str) -> None:
         """Writes `curves.npz`, `summary.json` and `meta.json` (spec, versions,
         machine, device, timings) into `out_dir`, each atomically (temporary file
         + rename). The JSON files are strict JSON: a non-finite number is written
-        as null."""
+        as null. Logs larger than `memory.LAZY_LOG_BYTES` (or already streamed
+        into `out_dir`) go to `curves/*.npy` instead, which `load` memory-maps."""
+        from bec_jax.memory import LAZY_LOG_BYTES
         os.makedirs(out_dir, exist_ok=True)
-        atomic_write(os.path.join(out_dir, CURVES_FILE), lambda f: np.savez(f, **self.arrays()), binary=True)
+        lazy = self.log_nbytes > LAZY_LOG_BYTES or _in_file(self.mean, log_path(out_dir, "mean"))
+        arrays = self.arrays(logs=not lazy)
+        if lazy:
+            self._save_logs(out_dir)
+            arrays[LOGS_MARKER] = np.array(True)
+        atomic_write(os.path.join(out_dir, CURVES_FILE), lambda f: np.savez(f, **arrays), binary=True)
         recs = self.summary()
         write_json(os.path.join(out_dir, SUMMARY_FILE), recs)
         atomic_write(os.path.join(out_dir, SUMMARY_CSV), lambda f: f.write(csv_text(recs)))
@@ -379,8 +447,14 @@ class SweepResult:
                 columns = [k[len(GRID_PREFIX):] for k in z.files if k.startswith(GRID_PREFIX)]
             grid = {n: z[GRID_PREFIX + n] for n in columns}
             auc_seed = stack("auc_seed") if all(f"auc_seed_{m}" in z.files for m in metrics) else None
-            return cls(spec=spec, steps=z["steps"], grid=grid, mean=stack("mean"), std=stack("std"),
-                       sem=stack("sem"), alive=z["alive"], final=stack("final"),
+            if LOGS_MARKER in z.files:  # memory-mapped: a long run's logs are never read whole
+                mm = {n: np.load(log_path(out_dir, n), mmap_mode="r") for n in LOG_LAYOUT}
+                logs = dict(steps=mm["steps"], mean=np.moveaxis(mm["mean"], 0, 1), std=np.moveaxis(mm["std"], 0, 1),
+                            sem=np.moveaxis(mm["sem"], 0, 1), alive=mm["alive"])
+            else:
+                logs = dict(steps=z["steps"], mean=stack("mean"), std=stack("std"), sem=stack("sem"),
+                            alive=z["alive"])
+            return cls(spec=spec, grid=grid, **logs, final=stack("final"),
                        diverged_step=z["diverged_step"], meta=meta, spec_dict=spec_dict, auc_seed=auc_seed)
 
 

@@ -31,6 +31,9 @@ from bec_jax.spec import SweepSpec
 
 CHUNKS_DIR = "chunks"
 MANIFEST_FILE = "manifest.json"
+CHECKPOINT_FILE = "checkpoint.npz"
+STREAMED_KEY = "_streamed"
+CHECKPOINT_EVERY_S = 300.0  # a long segmented chunk also keeps its state this often
 
 
 class RunError(ValueError):
@@ -127,16 +130,21 @@ class ChunkStore:
                            "start over with --overwrite") from None
         return m
 
-    def _write_manifest(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str) -> None:
+    def _write_manifest(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str,
+                        layout: dict | None = None) -> None:
         write_json(self.manifest_path, {
             "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": engine(spec).num_chunks(spec, chunk_size),
-            "num_devices": num_devices, "backend": backend, "env_fingerprints": _fingerprints(spec)})
+            "num_devices": num_devices, "backend": backend, "env_fingerprints": _fingerprints(spec),
+            **(layout or {})})
 
-    def start(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str) -> None:
-        """Begins a fresh run: removes any earlier chunks and writes the manifest."""
+    def start(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str,
+              layout: dict | None = None) -> None:
+        """Begins a fresh run: removes any earlier chunks and writes the manifest
+        (with `layout`: seeds per call and log blocks per segment, which a
+        resume keeps)."""
         self.remove()
         os.makedirs(self.dir)
-        self._write_manifest(spec, chunk_size, num_devices, backend)
+        self._write_manifest(spec, chunk_size, num_devices, backend, layout)
 
     def check(self, spec: SweepSpec, chunk_size: int | None = None) -> dict:
         """The manifest of the run to resume; `RunError` naming the first field in
@@ -181,8 +189,71 @@ class ChunkStore:
             os.unlink(lock)
         return self.check(spec)
 
+    # -- a segmented chunk's logs and checkpoints (the `sweep.MemoryOutputs` methods, on disk)
+
+    def part_dir(self, index: int) -> str:
+        """Where chunk `index` of a segmented run keeps its logs (memory-mapped
+        .npy files written segment by segment) and its checkpoint."""
+        return os.path.join(self.dir, f"chunk_{index:05d}")
+
+    def arrays(self, index: int, shapes: dict) -> dict:
+        """Chunk `index`'s log files, opened for writing: kept as they are when a
+        checkpoint will continue them, else created."""
+        d = self.part_dir(index)
+        os.makedirs(d, exist_ok=True)
+        keep = os.path.isfile(os.path.join(d, CHECKPOINT_FILE))
+        out = {}
+        for name, (shape, dtype) in shapes.items():
+            path = os.path.join(d, f"{name}.npy")
+            mode = "r+" if keep and os.path.isfile(path) else "w+"
+            out[name] = np.lib.format.open_memmap(path, mode=mode, dtype=dtype,
+                                                  shape=None if mode == "r+" else shape)
+        self._open = out
+        return out
+
+    def restore(self, index: int) -> dict | None:
+        """The checkpoint of chunk `index`: {"next_block", "carries"} (each
+        carry a list of arrays, the leaves of the carried state), or None."""
+        path = os.path.join(self.part_dir(index), CHECKPOINT_FILE)
+        if not os.path.isfile(path):
+            return None
+        try:
+            with np.load(path) as z:
+                n = int(z["num_carries"])
+                leaves = int(z["num_leaves"])
+                return {"next_block": int(z["next_block"]),
+                        "carries": [[z[f"c{s}_{k}"] for k in range(leaves)] for s in range(n)]}
+        except (OSError, ValueError, KeyError):
+            return None  # unreadable: the chunk starts over
+
+    def checkpoint(self, index: int, next_block: int, carries: list) -> None:
+        """Keeps chunk `index`'s carried states after `next_block` log blocks,
+        once its log files up to there are on disk."""
+        import jax
+        for arr in getattr(self, "_open", {}).values():
+            arr.flush()
+        flat = [jax.tree_util.tree_leaves(c) for c in carries]
+        arrays = {f"c{s}_{k}": np.asarray(x) for s, leaves in enumerate(flat) for k, x in enumerate(leaves)}
+        arrays.update(next_block=np.int64(next_block), num_carries=np.int64(len(flat)),
+                      num_leaves=np.int64(len(flat[0]) if flat else 0))
+        atomic_write(os.path.join(self.part_dir(index), CHECKPOINT_FILE), lambda f: np.savez(f, **arrays),
+                     binary=True)
+
     def save(self, index: int, arrays: dict) -> None:
-        atomic_write(self.chunk_path(index), lambda f: np.savez(f, **arrays), binary=True)
+        """Keeps a finished chunk: its outputs in `chunk_00003.npz`; logs that
+        already live in its directory (a segmented chunk's) stay there."""
+        d = self.part_dir(index)
+        streamed = {k for k, v in arrays.items() if isinstance(v, np.memmap)
+                    and os.path.dirname(os.path.abspath(v.filename)) == os.path.abspath(d)}
+        for k in streamed:
+            arrays[k].flush()
+        rest = {k: v for k, v in arrays.items() if k not in streamed}
+        if streamed:
+            rest[STREAMED_KEY] = np.array(sorted(streamed))
+        atomic_write(self.chunk_path(index), lambda f: np.savez(f, **rest), binary=True)
+        ck = os.path.join(d, CHECKPOINT_FILE)
+        if os.path.exists(ck):
+            os.unlink(ck)
 
     def load_done(self, clean: bool = True) -> dict[int, dict]:
         """{index: arrays} of the finished chunks. Leftover temporary files of a
@@ -201,7 +272,10 @@ class ChunkStore:
             try:
                 index = int(name[len("chunk_"):-len(".npz")])
                 with np.load(path) as z:
-                    done[index] = {k: z[k] for k in z.files}
+                    arrays = {k: z[k] for k in z.files if k != STREAMED_KEY}
+                    for k in (z[STREAMED_KEY].tolist() if STREAMED_KEY in z.files else ()):
+                        arrays[k] = np.load(os.path.join(self.part_dir(index), f"{k}.npy"), mmap_mode="r")
+                done[index] = arrays
             except (OSError, ValueError, KeyError):
                 continue
         return done
@@ -223,13 +297,16 @@ class Interrupted(KeyboardInterrupt):
     """A run stopped by SIGINT or SIGTERM (exit status 128 + the signal number).
 
     Attributes: signum; saved (chunks on disk) and total (chunks in the run),
-    when the run had started."""
+    when the run had started; segment (chunk, log blocks done, log blocks) when
+    it stopped at a segment boundary inside a chunk (its state is saved)."""
 
-    def __init__(self, signum: int, saved: int | None = None, total: int | None = None):
+    def __init__(self, signum: int, saved: int | None = None, total: int | None = None,
+                 segment: tuple | None = None):
         super().__init__(signum)
         self.signum = signum
         self.saved = saved
         self.total = total
+        self.segment = segment  # (chunk, log blocks done, log blocks) when stopped inside a chunk
 
 
 class StopOnSignal:
@@ -354,12 +431,33 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     if part is not None:
         return _run_part(spec, out, store, part, chunk_size, devices, stop, sweep_kwargs.get("progress"))
     manifest = check_resume(spec, out, chunk_size) if resume else None
-    if writer:
-        prepare_out_dir(out, overwrite, allow=lambda d: resume)
     if manifest is not None:
         n = manifest["num_devices"]
         if len(devices) >= n and jax.process_count() == 1:
             devices = devices[:n]  # the same sharding as before
+    layout, extra = {}, {}
+    if isinstance(spec, SweepSpec):
+        # The memory plan, before anything is written: a run that cannot fit is
+        # refused here (memory.TooLarge, one line naming the field).
+        from bec_jax import memory
+        if manifest is not None:
+            pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
+                             chunk_size=manifest["chunk_size"], seed_chunk=manifest.get("seeds_per_call"),
+                             segment_blocks=manifest.get("blocks_per_segment"), out=out)
+        else:
+            pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
+                             chunk_size=None if chunk_size is None else sweep.plan_chunk(spec, chunk_size,
+                                                                                         len(devices)),
+                             seed_chunk=sweep_kwargs.get("seed_chunk"),
+                             segment_blocks=sweep_kwargs.get("segment_blocks"), out=out)
+        sweep_kwargs = {k: v for k, v in sweep_kwargs.items() if k not in ("seed_chunk", "segment_blocks")}
+        layout = {"seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks}
+        extra = {"seed_chunk": pl.seeds, "segment_blocks": pl.blocks, "out": out,
+                 "outputs": store if writer else None,
+                 "alloc": _log_alloc(out) if pl.lazy and writer else None}
+    if writer:
+        prepare_out_dir(out, overwrite, allow=lambda d: resume)
+    if manifest is not None:
         # Fewer devices than before is fine: the chunk layout depends on the spec and
         # chunk size only, and results do not depend on the device count.
         chunk = manifest["chunk_size"]
@@ -367,21 +465,62 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
             raise RunError(f"resume: {store.manifest_path!r} is inconsistent; start over with --overwrite")
         done = store.load_done()
     else:
-        chunk = sweep.plan_chunk(spec, chunk_size, len(devices))
+        chunk = pl.grid if layout else sweep.plan_chunk(spec, chunk_size, len(devices))
         if writer:
-            store.start(spec, chunk, len(devices), devices[0].platform)
+            store.start(spec, chunk, len(devices), devices[0].platform, layout)
         done = {}
     total = sweep.num_chunks(spec, chunk)
     on_chunk, count = _saving(store, writer, stop, total - len(done), len(done), total)
+    if layout:
+        extra["on_segment"] = _segment_stop(stop, count, total)
     try:
         result = sweep.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
-                           **sweep_kwargs)
+                           **sweep_kwargs, **extra)
     except Interrupted as e:
-        raise Interrupted(e.signum, count["saved"], total) from None
+        raise Interrupted(e.signum, count["saved"], total, e.segment) from None
+    except _out_of_memory() as e:
+        raise type(e)(f"{e}; {count['saved']} of {total} chunks are saved in {store.dir} (and the finished "
+                      f"segments of the chunk in progress): continue with --resume", chunk=e.chunk) from None
     if writer:
         result.save(out)
         store.remove()
     return result
+
+
+def _out_of_memory():
+    from bec_jax.memory import OutOfMemory
+    return OutOfMemory
+
+
+def _log_alloc(out: str):
+    """`sweep.assemble`'s allocator for a run whose logs stream to disk: the log
+    arrays as memory-mapped files in `out/curves/`, the rest in memory."""
+    from bec_jax.results import LOG_LAYOUT, open_log
+
+    def alloc(name, shape, dtype):
+        if name in LOG_LAYOUT:
+            return open_log(out, name, shape, dtype)
+        return np.empty(shape, dtype)
+    return alloc
+
+
+def _segment_stop(stop: StopOnSignal | None, count: dict, total: int):
+    """`sweep.run`'s on_segment: once a signal has arrived, checkpoint the chunk
+    in progress at this segment boundary and stop (`Interrupted`); otherwise
+    checkpoint every CHECKPOINT_EVERY_S seconds."""
+    last = {"t": time.monotonic()}
+
+    def on_segment(i, blocks_done, blocks, checkpoint):
+        if blocks_done >= blocks:
+            return  # the chunk is finishing: it is saved whole next
+        if stop is not None and stop.signum is not None:
+            checkpoint()
+            raise Interrupted(stop.signum, count["saved"], total, (i, blocks_done, blocks))
+        if time.monotonic() - last["t"] > CHECKPOINT_EVERY_S:
+            checkpoint()
+            last["t"] = time.monotonic()
+
+    return on_segment
 
 
 def _saving(store: ChunkStore, writer: bool, stop: StopOnSignal | None, todo: int, saved: int, total: int):
@@ -417,8 +556,15 @@ def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> di
     total = len(chunks)
     mine = {i for i in range(total) if i % n == k - 1}
     done = store.load_done(clean=False)
-    on_chunk, _ = _saving(store, True, stop, len(mine - set(done)), len(done), total)
-    sweep.run_chunks(spec, groups, chunks, devices, done=done, only=mine, on_chunk=on_chunk, progress=progress)
+    on_chunk, count = _saving(store, True, stop, len(mine - set(done)), len(done), total)
+    layout = {}
+    if isinstance(spec, SweepSpec):  # a long or large chunk runs in segments here too
+        from bec_jax import memory
+        pl = memory.plan(spec, len(devices), chunk_size=chunk, out=out)
+        layout = dict(seeds_per_call=pl.seeds, blocks_per_segment=pl.blocks, outputs=store,
+                      on_segment=_segment_stop(stop, count, total))
+    sweep.run_chunks(spec, groups, chunks, devices, done=done, only=mine, on_chunk=on_chunk, progress=progress,
+                     **layout)
     return {"part": f"{k}/{n}", "chunks_done": len(store.load_done(clean=False)), "chunks_total": total}
 
 

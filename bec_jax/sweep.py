@@ -34,6 +34,7 @@ import time
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
@@ -41,9 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bec_jax import analysis, provenance, sampling
+from bec_jax import analysis, memory, provenance, sampling
 from bec_jax.mdp import fingerprint
-from bec_jax.results import SweepResult
+from bec_jax.results import SweepResult, copy_rows
 from bec_jax.schedules import robbins_monro
 from bec_jax.spec import SweepSpec
 
@@ -114,30 +115,13 @@ def plan_groups(spec: SweepSpec) -> list[Group]:
     return groups
 
 
-def bytes_per_point(spec: SweepSpec) -> int:
-    """Rough device memory of one grid point inside the program: the states of all
-    seeds (a few live copies in the scan), sampler states and the logged statistics."""
-    item = jnp.dtype(spec.dtype).itemsize
-    k = spec.mdp().num_features
-    shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((k,), jnp.dtype(spec.dtype)))
-    state_floats = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(shapes))
-    per_run = state_floats * item * 6 + 8 + 4
-    return spec.seeds * per_run + spec.num_logs * len(spec.metrics) * 3 * item + 4 * spec.num_logs
-
-
-def choose_chunk(spec: SweepSpec, n_devices: int, memory_budget: int = 2 << 30) -> int:
-    """The largest chunk (a multiple of the device count) within `memory_budget` bytes."""
-    fit = max(1, memory_budget // bytes_per_point(spec))
-    chunk = min(spec.num_points, fit)
-    return -(-chunk // n_devices) * n_devices
-
-
 def plan_chunk(spec: SweepSpec, chunk_size: int | None = None, n_devices: int = 1,
-               memory_budget: int = 2 << 30) -> int:
+               memory_budget: int | None = None) -> int:
     """The grid points per compiled call `run` uses: `chunk_size` rounded up to a
-    multiple of the device count, or by default all that fit in `memory_budget`."""
+    multiple of the device count, or by default all that fit in `memory_budget`
+    (see `bec_jax.memory.plan`)."""
     if chunk_size is None:
-        return choose_chunk(spec, n_devices, memory_budget)
+        return memory.plan(spec, n_devices, memory_budget=memory_budget).grid
     if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size <= 0:
         raise ValueError(f"chunk_size: must be a positive integer, got {chunk_size!r}")
     return -(-int(chunk_size) // n_devices) * n_devices
@@ -311,18 +295,26 @@ class Program:
 UPDATES_PER_REPORT = 200_000_000
 
 
-def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
-                 on_block: Callable | None = None) -> Program:
-    """Python-side setup for one group of `spec`: the models' sampler tables and
-    metrics are baked in, and the returned program maps (base seed, grid chunk)
-    -> statistics.
+class _Kernel(NamedTuple):
+    """The pieces of one group's program, as functions to trace (see `_kernel`)."""
 
-    With several devices, the grid axis of the chunk is split over them with
-    `shard_map` on a 1-D `Mesh`; `chunk` must be a multiple of the device count.
-    `on_block(j)`, if given, is called on the host after log block j (1-based)
-    every few blocks (one report per `UPDATES_PER_REPORT`, at most 100 a chunk),
-    once per device holding a shard: a progress report, not a per-step callback.
-    """
+    setup: Callable    # (seed, grid, offset, n_seeds) -> context
+    start: Callable    # (ctx, per_seed) -> (carry, first)
+    blocks: Callable   # (ctx, carry, js, per_seed) -> (carry, ys)
+    finish: Callable   # (ctx, carry) -> {"final", "auc_seed", "diverged_step"}
+    axes: object       # the state's vmap axes (None: the unbatched counter)
+
+
+def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None = None) -> _Kernel:
+    """The traced pieces of a group's program: the context of a (seed, grid
+    chunk, seed range), the start state, a run of log blocks, and the end.
+
+    `sweep_program` chains them once over the whole time axis; the segmented
+    programs (`make_segment_programs`) call the same pieces over a part of the
+    time axis or of the seeds, so every run does the same arithmetic either way.
+    With `per_seed` the log blocks report each seed's metric values and alive
+    flags instead of the statistics over seeds (a seed-chunked run combines
+    them on the host, with the same `_seed_stats`)."""
     alg = spec.algorithm_def
     dtype = jnp.dtype(spec.dtype)
     models = group.models
@@ -385,48 +377,75 @@ def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
     update_grid_seed = jax.vmap(jax.vmap(update_one, in_axes=(axes, 0, None), out_axes=axes),
                                 in_axes=(axes, tr_axis, 0), out_axes=axes)
 
-    def sweep_program(seed, grid):
-        G, N = grid[ENV_INDEX].shape[0], spec.seeds
-        seed_keys = _seed_keys(seed, N, spec.seed_offset)
+    class Ctx(NamedTuple):
+        G: int
+        N: int
+        tables: object
+        hp_vals: dict
+        init_keys: jax.Array
+        stream_keys: jax.Array
+        env_idx: object
+        mets_g: list
+
+    def setup(seed, grid, offset, N):
+        G = grid[ENV_INDEX].shape[0]
+        keys = _seed_keys(seed, N, offset)
         # Constants of the program, made inside the trace (nothing compiled to place them).
         tables = sampling.SamplerTables(*(jnp.asarray(x) for x in tables_np))
         hp_vals = {h.name: grid[h.name].astype(dtype) for h in traced}
-        init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(seed_keys), 1, 0)
-        u0 = jax.vmap(lambda key: jax.random.uniform(key, dtype=dtype))(init_keys)  # (N,)
+        init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
         if E == 1:
-            samp = jax.vmap(lambda u: sampling.init_state_from_uniform(tables, u))(u0)  # (N,)
-            st0 = alg.init(jnp.asarray(theta0[0].astype(dtype)))
-            mets_g = mets
+            env_idx, mets_g = None, mets
         else:
             env_idx = grid[ENV_INDEX]
-            starts = jnp.arange(E, dtype=jnp.int32) if per_model else env_idx
-            samp = jax.vmap(lambda e: jax.vmap(lambda u: sampling.init_state_from_uniform(tables, u, e))(u0))(starts)
-            st0 = jax.vmap(alg.init, out_axes=axes)(jnp.asarray(theta0.astype(dtype))[env_idx])
             mets_g = [analysis.Metric(jnp.asarray(R)[env_idx], jnp.asarray(h)[env_idx]) for R, h in stacked]
+        return Ctx(G, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
+
+    def metric_values(ctx, states):
+        return analysis.metric_values(ctx.mets_g, getattr(states, alg.weights), nonzero)
+
+    def report(vals, keep, per_seed, exact_ties=False):
+        if per_seed:
+            return vals, keep
+        return (*_seed_stats(vals, keep, exact_ties), keep.sum(-1).astype(jnp.int32))
+
+    def start(ctx, per_seed):
+        G, N = ctx.G, ctx.N
+        u0 = jax.vmap(lambda key: jax.random.uniform(key, dtype=dtype))(ctx.init_keys)  # (N,)
+        if E == 1:
+            samp = jax.vmap(lambda u: sampling.init_state_from_uniform(ctx.tables, u))(u0)  # (N,)
+            st0 = alg.init(jnp.asarray(theta0[0].astype(dtype)))
+        else:
+            starts = jnp.arange(E, dtype=jnp.int32) if per_model else ctx.env_idx
+            samp = jax.vmap(lambda e: jax.vmap(lambda u: sampling.init_state_from_uniform(ctx.tables, u, e))(u0))(
+                starts)
+            st0 = jax.vmap(alg.init, out_axes=axes)(jnp.asarray(theta0.astype(dtype))[ctx.env_idx])
         # Batched leaves to (G, N, ...): per point (E > 1) or one start for all (E = 1).
         states = jax.tree_util.tree_map(
             lambda x, ax: x if ax is None else (jnp.broadcast_to(x[:, None], (G, N) + x.shape[1:]) if E > 1
                                                 else jnp.broadcast_to(x, (G, N) + x.shape)),
             st0, axes)
         dstep = jnp.full((G, N), -1, jnp.int32)
+        alive0 = dstep < 0
+        vals0 = metric_values(ctx, states)
+        return (states, samp, dstep, vals0), report(vals0, alive0, per_seed, exact_ties=True)
 
-        def metric_values(states):
-            return analysis.metric_values(mets_g, getattr(states, alg.weights), nonzero)
+    def step(ctx, carry, u):
+        states, samp = carry
+        if E == 1:
+            tr, samp = jax.vmap(lambda uu, s: step_fn(ctx.tables, uu, s))(u, samp)
+        else:
+            tr, samp = jax.vmap(jax.vmap(lambda uu, s: step_fn(ctx.tables, uu, s)), in_axes=(None, 0))(u, samp)
+            if per_model:  # (E, N) -> (G, N): each point its model's transition
+                tr = jax.tree_util.tree_map(lambda x: x[ctx.env_idx], tr)
+        return (update_grid_seed(states, tr, ctx.hp_vals), samp), None
 
-        def step(carry, u):
-            states, samp = carry
-            if E == 1:
-                tr, samp = jax.vmap(lambda uu, s: step_fn(tables, uu, s))(u, samp)
-            else:
-                tr, samp = jax.vmap(jax.vmap(lambda uu, s: step_fn(tables, uu, s)), in_axes=(None, 0))(u, samp)
-                if per_model:  # (E, N) -> (G, N): each point its model's transition
-                    tr = jax.tree_util.tree_map(lambda x: x[env_idx], tr)
-            return (update_grid_seed(states, tr, hp_vals), samp), None
-
+    def blocks(ctx, carry, js, per_seed):
         def block(carry, j):
             states, samp, dstep, auc_sum = carry
-            u = jax.vmap(lambda kk: _block_uniforms(kk, j, K, nu, dtype))(stream_keys)
-            (new, samp), _ = jax.lax.scan(step, (states, samp), jnp.swapaxes(u, 0, 1), unroll=UNROLL)
+            u = jax.vmap(lambda kk: _block_uniforms(kk, j, K, nu, dtype))(ctx.stream_keys)
+            (new, samp), _ = jax.lax.scan(lambda c, uu: step(ctx, c, uu), (states, samp),
+                                          jnp.swapaxes(u, 0, 1), unroll=UNROLL)
             # Divergence is checked once per log block, not per step (a per-step
             # check costs more than the update): a run that left the bound during
             # the block is reverted to its state at the block's start, frozen there,
@@ -439,37 +458,133 @@ def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
             if on_block is not None:
                 jax.lax.cond((j + 1) % report_every == 0, lambda: jax.debug.callback(on_block, j + 1),
                              lambda: None)
-            vals = metric_values(states)
-            return (states, samp, dstep, auc_sum + vals), (*_seed_stats(vals, keep), keep.sum(-1).astype(jnp.int32))
+            vals = metric_values(ctx, states)
+            return (states, samp, dstep, auc_sum + vals), report(vals, keep, per_seed)
 
-        alive0 = dstep < 0
-        vals0 = metric_values(states)
-        first = (*_seed_stats(vals0, alive0, exact_ties=True), alive0.sum(-1).astype(jnp.int32))
-        (states, samp, dstep, auc_sum), ys = jax.lax.scan(block, (states, samp, dstep, vals0),
-                                                          jnp.arange(L, dtype=jnp.int32))
+        return jax.lax.scan(block, carry, js)
+
+    def finish(ctx, carry):
+        states, _, dstep, auc_sum = carry
+        vals = metric_values(ctx, states)
+        alive = jnp.broadcast_to((dstep < 0)[None], vals.shape)
+        final = jnp.where(alive, vals, jnp.nan)  # (M, G, N)
+        # Each seed's area under its curve: the mean over the logged points.
+        auc_seed = jnp.where(alive, auc_sum / (L + 1), jnp.nan)
+        return {"final": jnp.moveaxis(final, 1, 0), "auc_seed": jnp.moveaxis(auc_seed, 1, 0), "diverged_step": dstep}
+
+    return _Kernel(setup, start, blocks, finish, axes)
+
+
+def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
+                 on_block: Callable | None = None) -> Program:
+    """Python-side setup for one group of `spec`: the models' sampler tables and
+    metrics are baked in, and the returned program maps (base seed, grid chunk)
+    -> statistics, over every seed and the whole time axis in one call.
+
+    With several devices, the grid axis of the chunk is split over them with
+    `shard_map` on a 1-D `Mesh`; `chunk` must be a multiple of the device count.
+    `on_block(j)`, if given, is called on the host after log block j (1-based)
+    every few blocks (one report per `UPDATES_PER_REPORT`, at most 100 a chunk),
+    once per device holding a shard: a progress report, not a per-step callback.
+    """
+    kern = _kernel(spec, group, chunk, on_block)
+    L = spec.steps // spec.log_every
+
+    def sweep_program(seed, grid):
+        ctx = kern.setup(seed, grid, spec.seed_offset, spec.seeds)
+        carry, first = kern.start(ctx, False)
+        carry, ys = kern.blocks(ctx, carry, jnp.arange(L, dtype=jnp.int32), False)
         # Stack step 0 in front; move the grid axis first: (M, L+1, G) -> (G, M, L+1).
         mean, std, sem = (jnp.moveaxis(jnp.concatenate([a[None], b]), (0, 1, 2), (2, 1, 0))
                           for a, b in zip(first[:3], ys[:3]))
         alive_t = jnp.concatenate([first[3][None], ys[3]]).T  # (G, L+1)
-        vals = metric_values(states)
-        final = jnp.where(jnp.broadcast_to((dstep < 0)[None], vals.shape), vals, jnp.nan)  # (M, G, N)
-        # Each seed's area under its curve: the mean over the logged points.
-        auc_seed = jnp.where(jnp.broadcast_to((dstep < 0)[None], vals.shape), auc_sum / (L + 1), jnp.nan)
-        return {"mean": mean, "std": std, "sem": sem, "alive": alive_t,
-                "final": jnp.moveaxis(final, 1, 0), "auc_seed": jnp.moveaxis(auc_seed, 1, 0), "diverged_step": dstep}
+        return {"mean": mean, "std": std, "sem": sem, "alive": alive_t, **kern.finish(ctx, carry)}
 
-    devices = list(devices) if devices is not None else jax.devices()
-    mesh = None
-    if len(devices) > 1:
-        if chunk % len(devices):
-            raise ValueError(f"chunk: must be a multiple of the {len(devices)} devices, got {chunk}")
-        mesh = Mesh(np.array(devices), (GRID_AXIS,))
+    mesh = _mesh(devices, chunk)
+    if mesh is not None:
         spec_g = PartitionSpec(GRID_AXIS)
         fn = jax.jit(jax.shard_map(sweep_program, mesh=mesh, in_specs=(PartitionSpec(), spec_g),
                                    out_specs=spec_g, check_vma=False))
     else:
         fn = jax.jit(sweep_program)
     return Program(spec=spec, group=group, fn=fn, chunk=chunk, mesh=mesh)
+
+
+def _mesh(devices, chunk: int) -> Mesh | None:
+    devices = list(devices) if devices is not None else jax.devices()
+    if len(devices) <= 1:
+        return None
+    if chunk % len(devices):
+        raise ValueError(f"chunk: must be a multiple of the {len(devices)} devices, got {chunk}")
+    return Mesh(np.array(devices), (GRID_AXIS,))
+
+
+class SegmentPrograms(NamedTuple):
+    """The programs of a time-segmented or seed-chunked run of one group (see
+    `make_segment_programs`); each maps explicit state to state, so the carried
+    state can leave the device between calls."""
+
+    start: Callable            # (seed, grid, offset) -> (carry, first)
+    advance: Callable          # (seed, grid, offset, carry, j0) -> (carry, ys); `blocks` log blocks
+    finish: Callable           # (seed, grid, offset, carry) -> per-seed finals
+    blocks: int
+    per_seed: bool
+    mesh: Mesh | None
+    carry_sharding: Callable   # carry -> its shardings (or None on one device)
+
+
+def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int, blocks: int,
+                          devices=None) -> SegmentPrograms:
+    """The three programs of a segmented run of one group: `start` (the initial
+    carry and the step-0 report), `advance` (`blocks` log blocks from block j0 on)
+    and `finish` (the per-seed finals), for `chunk` grid points and `seeds`
+    seeds from seed index `offset` (relative to the spec's seed_offset). With
+    `seeds < spec.seeds` (a seed chunk) the reports are per seed (`per_seed`):
+    the host combines the seed chunks with `_seed_stats`. Chained over every
+    segment and seed chunk they compute exactly what `make_program` does."""
+    kern = _kernel(spec, group, chunk)
+    per_seed = seeds < spec.seeds
+
+    def ctx_of(seed, grid, offset):
+        return kern.setup(seed, grid, spec.seed_offset + offset, seeds)
+
+    def start(seed, grid, offset):
+        return kern.start(ctx_of(seed, grid, offset), per_seed)
+
+    def advance(seed, grid, offset, carry, j0):
+        return kern.blocks(ctx_of(seed, grid, offset), carry, j0 + jnp.arange(blocks, dtype=jnp.int32), per_seed)
+
+    def finish(seed, grid, offset, carry):
+        return kern.finish(ctx_of(seed, grid, offset), carry)
+
+    mesh = _mesh(devices, chunk)
+    if mesh is None:
+        return SegmentPrograms(jax.jit(start), jax.jit(advance), jax.jit(finish),
+                               blocks, per_seed, None, lambda carry: None)
+    P, g = PartitionSpec, GRID_AXIS
+    state_spec = jax.tree_util.tree_map(lambda ax: P() if ax is None else P(g), kern.axes,
+                                        is_leaf=lambda a: a is None)
+    # carry = (states, sampler states, diverged step, area sums): sampler states
+    # are (N,) with one model, (E or G, N) with several.
+    E = len(group.models)
+    samp_spec = P() if E == 1 or 1 < E <= chunk else P(g)
+    carry_spec = (state_spec, samp_spec, P(g), P(None, g))
+    if per_seed:
+        first_spec, ys_spec = (P(None, g), P(g)), (P(None, None, g), P(None, g))
+    else:
+        first_spec = (P(None, g),) * 3 + (P(g),)
+        ys_spec = (P(None, None, g),) * 3 + (P(None, g),)
+    fin_spec = {"final": P(g), "auc_seed": P(g), "diverged_step": P(g)}
+    sm = partial(jax.shard_map, mesh=mesh, check_vma=False)
+    start_fn = jax.jit(sm(start, in_specs=(P(), P(g), P()), out_specs=(carry_spec, first_spec)))
+    advance_fn = jax.jit(sm(advance, in_specs=(P(), P(g), P(), carry_spec, P()), out_specs=(carry_spec, ys_spec)))
+    finish_fn = jax.jit(sm(finish, in_specs=(P(), P(g), P(), carry_spec), out_specs=fin_spec))
+
+    def carry_sharding(carry):
+        return jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), carry_spec,
+                                      is_leaf=lambda s: isinstance(s, PartitionSpec))
+
+    return SegmentPrograms(start_fn, advance_fn, finish_fn, blocks, per_seed, mesh, carry_sharding)
 
 
 def chunk_grid(spec: SweepSpec, group: Group, chunk: Chunk) -> dict:
@@ -618,15 +733,210 @@ def _memo_key(spec, group: Group, size: int, devices, compiler_options, eng) -> 
             json.dumps(compiler_options, sort_keys=True, default=str), eng.__name__)
 
 
+# ------------------------------------------------------------------ segmented runs
+
+class MemoryOutputs:
+    """Where a segmented chunk's logged statistics go: arrays in memory (the
+    default of `run_chunks`). `runner.ChunkStore` offers the same methods on disk:
+    memory-mapped files written segment by segment, and checkpoints of the
+    carried state so a stopped chunk resumes at its last finished segment."""
+
+    def arrays(self, index: int, shapes: dict) -> dict:
+        """Writable arrays {name: array of shape, dtype} for chunk `index`'s logs."""
+        return {k: np.empty(shape, dtype) for k, (shape, dtype) in shapes.items()}
+
+    def restore(self, index: int) -> dict | None:
+        """The checkpoint of chunk `index` ({"next_block", "carries"}), if any."""
+        return None
+
+    def checkpoint(self, index: int, next_block: int, carries: list) -> None:
+        """Keeps chunk `index`'s carried states (host arrays) after `next_block` blocks."""
+
+
+def _stats_program(exact_ties: bool):
+    """(values (n, M, G, N), alive (n, G, N)) -> the statistics of each log point,
+    the in-program report of a seed-chunked run's combined seeds."""
+    def one(v, a):
+        return (*_seed_stats(v, a, exact_ties), a.sum(-1).astype(jnp.int32))
+    return jax.jit(jax.vmap(one))
+
+
+_HOST_STATS = {}
+
+
+def _combine_seeds(reports: list, N: int, exact_ties: bool) -> tuple:
+    """The statistics over all seeds from the seed chunks' per-seed reports
+    (values (n, M, G, Ns), alive (n, G, Ns) each), trimmed to the spec's N seeds."""
+    vals = np.concatenate([np.asarray(r[0]) for r in reports], axis=-1)[..., :N]
+    alive = np.concatenate([np.asarray(r[1]) for r in reports], axis=-1)[..., :N]
+    if exact_ties not in _HOST_STATS:
+        _HOST_STATS[exact_ties] = _stats_program(exact_ties)
+    return jax.device_get(_HOST_STATS[exact_ties](vals, alive))
+
+
+def _write_logs(arrays: dict, n: int, l0: int, stats: tuple) -> int:
+    """Writes statistics (mean, std, sem (T, M, G), alive (T, G)) of log points
+    l0.. into the chunk's arrays (grid first, the first `n` points), with the
+    saved convention applied (+inf where no seed is alive); returns how many
+    statistics are NaN (suspect)."""
+    mean, std, sem, alive = (np.asarray(x) for x in stats)
+    T = alive.shape[0]
+    alive_g = alive.T[:n]  # (n, T)
+    dead = (alive_g == 0)[:, None, :]
+    bad = 0
+    for name, x in (("mean", mean), ("std", std), ("sem", sem)):
+        x = np.moveaxis(x, (0, 1, 2), (2, 1, 0))[:n]  # (n, M, T)
+        bad += int(np.isnan(x).sum())
+        arrays[name][:, :, l0:l0 + T] = np.where(dead, np.inf, x)
+    arrays["alive"][:, l0:l0 + T] = alive_g
+    return bad
+
+
+def _run_segmented(spec, progs: dict, c: Chunk, seed_dev, grid, index: int, outputs, on_segment,
+                   ranges: list, place_carry, timing: dict) -> dict:
+    """One chunk, segment by segment and seed chunk by seed chunk (see
+    `make_segment_programs`): logs written into `outputs`, the finals returned.
+    With one seed chunk the carry stays on the device between segments; with
+    several, each chunk's carry waits on the host. A checkpoint (`outputs.checkpoint`)
+    is taken when `on_segment` asks for one, and after an out-of-memory error."""
+    N, M = spec.seeds, len(spec.metrics)
+    L = spec.steps // spec.log_every
+    per_seed = len(ranges) > 1
+    dt = np.dtype(spec.dtype)
+    shapes = {"mean": ((c.n, M, L + 1), dt), "std": ((c.n, M, L + 1), dt), "sem": ((c.n, M, L + 1), dt),
+              "alive": ((c.n, L + 1), np.int32)}
+    arrays = outputs.arrays(index, shapes)
+    offsets = [np.int32(o) for o in ranges]
+    on_device = (lambda x: place_carry(x)) if per_seed else (lambda x: x)
+    ck = outputs.restore(index)
+    if ck is None:
+        carries, firsts = [], []
+        for off in offsets:
+            carry, first = _execute(progs["start"], seed_dev, grid, off)
+            carries.append(jax.device_get(carry) if per_seed else carry)
+            firsts.append(jax.device_get(first))
+        if per_seed:
+            stats = _combine_seeds([(f[0][None], f[1][None]) for f in firsts], N, True)
+        else:
+            stats = tuple(np.asarray(x)[None] for x in firsts[0])
+        timing["nan"] = timing.get("nan", 0) + _write_logs(arrays, c.n, 0, stats)
+        j = 0
+    else:
+        carries = [jax.tree_util.tree_unflatten(progs["carry_tree"], leaves) for leaves in ck["carries"]]
+        if len(carries) != len(offsets):
+            raise ValueError(f"resume: chunk {index}'s checkpoint holds {len(carries)} seed chunks, "
+                             f"the plan has {len(offsets)}; start over with --overwrite")
+        carries = carries if per_seed else [place_carry(x) for x in carries]
+        j = int(ck["next_block"])
+    done = {"j": j}
+
+    def save():
+        outputs.checkpoint(index, done["j"], [jax.device_get(x) for x in carries])
+
+    try:
+        while done["j"] < L:
+            j = done["j"]
+            n = min(progs["blocks"], L - j)
+            reports, new = [], []
+            for s, off in enumerate(offsets):
+                carry, ys = _execute(progs["advance"][n], seed_dev, grid, off, on_device(carries[s]), np.int32(j))
+                reports.append(jax.device_get(ys))
+                new.append(jax.device_get(carry) if per_seed else carry)
+            carries[:] = new  # all seed chunks at block j + n together (a failed segment leaves them at j)
+            stats = _combine_seeds(reports, N, False) if per_seed else reports[0]
+            timing["nan"] = timing.get("nan", 0) + _write_logs(arrays, c.n, j + 1, stats)
+            done["j"] = j + n
+            if on_segment is not None:
+                on_segment(index, done["j"], L, save)
+    except jax.errors.JaxRuntimeError as e:
+        if _is_oom(e) and done["j"] > 0:
+            save()  # the segments finished so far are kept for --resume
+        raise
+    fins = [jax.device_get(_execute(progs["finish"], seed_dev, grid, off, on_device(carries[s])))
+            for s, off in enumerate(offsets)]
+    out = {k: np.concatenate([f[k] for f in fins], axis=-1)[..., :N][: c.n] for k in fins[0]}
+    out.update(arrays)
+    return out
+
+
+def _segment_programs(spec, group: Group, size: int, devices, plan_seeds: int, blocks: int, seed_dev, grid,
+                      compiler_options) -> tuple[dict, int]:
+    """The programs of a segmented chunk, compiled: start, advance for each
+    segment length in use, finish; and how many were compiled. On one device
+    they are compiled ahead of time with `compiler_options`; over a mesh, by
+    `jit` on first use (their inputs' shardings come from the programs)."""
+    L = spec.steps // spec.log_every
+    lengths = sorted({n for _, n in _segment_list(L, blocks)})
+    sps = {n: make_segment_programs(spec, group, size, plan_seeds, n, devices) for n in lengths}
+    sp = sps[lengths[-1]]
+    off = np.int32(0)
+    carry_shape = jax.eval_shape(sp.start, seed_dev, grid, off)[0]
+    progs = {"blocks": blocks, "carry_sharding": sp.carry_sharding, "mesh": sp.mesh,
+             "carry_tree": jax.tree_util.tree_structure(carry_shape)}
+    if sp.mesh is not None:
+        # Compiled on first use (counted here; the time shows in the run time).
+        progs.update(start=sp.start, finish=sp.finish, advance={n: q.advance for n, q in sps.items()})
+        return progs, 2 + len(lengths)
+    opts = compiler_options or None
+    progs.update(
+        start=sp.start.lower(seed_dev, grid, off).compile(opts),
+        advance={n: q.advance.lower(seed_dev, grid, off, carry_shape, np.int32(0)).compile(opts)
+                 for n, q in sps.items()},
+        finish=sp.finish.lower(seed_dev, grid, off, carry_shape).compile(opts))
+    return progs, 2 + len(lengths)
+
+
+def _segment_list(L: int, blocks: int) -> list[tuple[int, int]]:
+    return [(j, min(blocks, L - j)) for j in range(0, L, blocks)]
+
+
+def _execute(exe, *args):
+    """Calls a compiled program (tests replace it to inject failures)."""
+    return exe(*args)
+
+
+def _is_oom(e: Exception) -> bool:
+    text = str(e)
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
+
+
+def _carry_placer(progs: dict, devices) -> Callable:
+    """Puts a chunk's carried state (host arrays) back where its programs want it."""
+    if progs["mesh"] is None:
+        return lambda carry: jax.device_put(carry, devices[0])
+    return lambda carry: jax.device_put(carry, progs["carry_sharding"](carry))
+
+
 def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], devices, *,
                done: dict | None = None, only=None, compiler_options: dict | None = None,
-               on_chunk: Callable | None = None, progress: bool | None = None, engine=None) -> ChunkRun:
+               on_chunk: Callable | None = None, progress: bool | None = None, engine=None,
+               seeds_per_call: int | None = None, blocks_per_segment: int | None = None,
+               outputs=None, on_segment: Callable | None = None) -> ChunkRun:
     """Compiles each group's program (once, when its first chunk is due) and runs
     every chunk not in `done` (and, with `only`, in `only`); calls
     `on_chunk(i, arrays)` after chunk i. `engine`: the module whose `make_program`
     and `chunk_grid` make the programs (default this one; control sweeps pass
-    `bec_jax.control.sweep`)."""
+    `bec_jax.control.sweep`).
+
+    With `seeds_per_call` below the spec's seeds or `blocks_per_segment` below
+    its log blocks (a `memory.Plan`), each chunk runs in segments of the time
+    axis and seed chunks: the logs go into `outputs` (default `MemoryOutputs`)
+    as they come, and `on_segment(i, blocks_done, blocks, checkpoint)` is
+    called after each segment (it may call `checkpoint()` to keep the carried
+    state, and raise to stop). A device out-of-memory error raises
+    `memory.OutOfMemory` (one line) after checkpointing what it can; the chunks
+    finished before it have been passed to `on_chunk`."""
     eng = engine if engine is not None else sys.modules[__name__]
+    L = spec.steps // spec.log_every if engine is None else 0
+    seeds_per_call = min(seeds_per_call or spec.seeds, spec.seeds)
+    blocks_per_segment = min(blocks_per_segment or L, L) if L else 0
+    segmented = engine is None and (seeds_per_call < spec.seeds or blocks_per_segment < L)
+    if segmented and jax.process_count() > 1:
+        raise ValueError("seeds: a run in time segments or seed chunks does not support jax.distributed yet; "
+                         "raise --memory-budget (or give fewer seeds or steps) so it runs in one call per chunk")
+    outputs = outputs if outputs is not None else MemoryOutputs()
+    ranges = list(range(0, spec.seeds, seeds_per_call)) if segmented else [0]
+    timing = {"run": 0.0}
     done = dict(done or {})
     _check_done(done, chunks)
     todo = [i for i in range(len(chunks)) if i not in done and (only is None or i in only)]
@@ -638,12 +948,27 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     compile_time, t_run, shown, n_compiled = 0.0, 0.0, False, 0
     t_start = time.perf_counter()
     bar = None
-    if todo and engine is None and _want_block_progress(progress):
+    if todo and engine is None and not segmented and _want_block_progress(progress):
         local = [d for d in devices if d.process_index == jax.process_index()]
         bar = BlockProgress(spec, len(todo), len(chunks), len(local) if len(devices) > 1 else 1,
                             show=jax.process_index() == 0)
+    state = {"n": 0, "shown": False}
+
+    def seg_progress(i, blocks_done, blocks, checkpoint):
+        # A line per segment: a long chunk shows it is alive (and when it will end).
+        el = time.perf_counter() - t_start
+        if jax.process_index() == 0 and progress is not False and (progress or el > 2.0):
+            frac = (state["n"] * blocks + blocks_done) / max(1, len(todo) * blocks)
+            sys.stderr.write(f"\r[bec-jax] chunk {len(done) + state['n'] + 1}/{len(chunks)}  log block "
+                             f"{blocks_done}/{blocks}  {el:6.1f}s elapsed  ~{el / frac * (1 - frac):6.1f}s left")
+            sys.stderr.flush()
+            state["shown"] = True
+        if on_segment is not None:
+            on_segment(i, blocks_done, blocks, checkpoint)
+
     try:
         for n, i in enumerate(todo):
+            state["n"] = n
             if bar is not None:
                 bar.chunk(i)
             c = chunks[i]
@@ -655,11 +980,27 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                 t = time.perf_counter()
                 memo = None if bar is not None else _memo_key(spec, groups[c.group], size, devices,
                                                               compiler_options, eng)
+                if memo is not None and segmented:
+                    memo += ("segmented", seeds_per_call, blocks_per_segment)
                 with _EXECUTABLES_LOCK:
                     hit = _EXECUTABLES.get(memo) if memo is not None else None
                     if hit is not None:
                         _EXECUTABLES.move_to_end(memo)
-                if hit is None:
+                if hit is None and segmented:
+                    mesh = _mesh(devices, size)
+                    placed = ((NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec(GRID_AXIS)))
+                              if mesh is not None else (devices[0], devices[0]))
+                    seed_dev = _place(seed, placed[0])
+                    grid = {k: _place(v, placed[1]) for k, v in chunk_grid(spec, groups[c.group], c).items()}
+                    progs, made = _segment_programs(spec, groups[c.group], size, devices, seeds_per_call,
+                                                    blocks_per_segment, seed_dev, grid, compiler_options)
+                    hit = (progs, placed)
+                    compile_time += time.perf_counter() - t
+                    n_compiled += made
+                    if memo is not None:
+                        with _EXECUTABLES_LOCK:
+                            _EXECUTABLES[memo] = hit
+                elif hit is None:
                     program = eng.make_program(spec, groups[c.group], size, devices, on_block=bar)
                     if program.mesh is not None:
                         placed = (NamedSharding(program.mesh, PartitionSpec()),
@@ -682,9 +1023,22 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
             if grid is None:
                 grid = {k: _place(v, placed[1]) for k, v in eng.chunk_grid(spec, groups[c.group], c).items()}
             t = time.perf_counter()
-            out = _fetch(exe(seed_dev, grid))
+            try:
+                if segmented:
+                    results[i] = _run_segmented(spec, exe, c, seed_dev, grid, i, outputs, seg_progress, ranges,
+                                                _carry_placer(exe, devices), timing)
+                else:
+                    out = _fetch(_execute(exe, seed_dev, grid))
+                    results[i] = {name: np.asarray(arr)[: c.n] for name, arr in out.items()}
+            except jax.errors.JaxRuntimeError as e:
+                if not _is_oom(e):
+                    raise
+                from bec_jax.memory import OutOfMemory
+                raise OutOfMemory(
+                    f"memory: the device ran out of memory in chunk {i + 1} of {len(chunks)} ({c.n} grid points x "
+                    f"{seeds_per_call} seeds per call; another process may hold memory); use a smaller "
+                    "--memory-budget, fewer seeds or a smaller --chunk-size", chunk=i) from None
             t_run += time.perf_counter() - t
-            results[i] = {name: np.asarray(arr)[: c.n] for name, arr in out.items()}
             if bar is not None:
                 bar.end_chunk()
             if on_chunk is not None:
@@ -696,20 +1050,24 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     finally:
         if bar is not None:
             bar.close()
-        if shown:  # end an unfinished progress line before anyone else writes
+        if shown or state["shown"]:  # end an unfinished progress line before anyone else writes
             sys.stderr.write("\n")
             sys.stderr.flush()
+    if timing.get("nan"):
+        warnings.warn(f"sweep: {timing['nan']} logged statistics are NaN where the divergence check flagged "
+                      "no run; these statistics are not trustworthy", RuntimeWarning, stacklevel=3)
     computed = sum(chunks[i].n for i in todo)
     return ChunkRun(results, compile_time, t_run, n_compiled, computed)
 
 
-def _unbounded_where_diverged(cat: dict) -> dict:
+def _unbounded_where_diverged(cat: dict, logs: bool = True) -> dict:
     """The program reports NaN statistics where no seed is alive and NaN finals for
     diverged seeds; the saved convention is +inf there (the error is unbounded).
-    Shapes here: mean/std/sem (G, M, L), alive (G, L), final (G, M, N), diverged_step (G, N)."""
+    Shapes here: mean/std/sem (G, M, L), alive (G, L), final (G, M, N), diverged_step (G, N).
+    `logs=False` leaves the statistics as they are (already converted)."""
     cat = dict(cat)
     dead = (cat["alive"] == 0)[:, None, :]
-    for k in ("mean", "std", "sem"):
+    for k in ("mean", "std", "sem") if logs else ():
         cat[k] = np.where(dead, np.inf, cat[k])
     for k in ("final", "auc_seed"):
         if k in cat:
@@ -720,7 +1078,8 @@ def _unbounded_where_diverged(cat: dict) -> dict:
 def _check_finite(cat: dict) -> None:
     """Warns when a statistic is NaN or a surviving run's final value is not finite:
     the divergence check should have caught such a run, so the numbers are suspect."""
-    bad = {k: int(np.isnan(cat[k]).sum()) for k in ("mean", "std", "sem")}
+    # Memory-mapped logs were checked segment by segment as they were written.
+    bad = {k: int(np.isnan(cat[k]).sum()) for k in ("mean", "std", "sem") if not isinstance(cat[k], np.memmap)}
     alive_final = (cat["diverged_step"] < 0)[:, None, :]
     bad["final of surviving seeds"] = int((~np.isfinite(cat["final"]) & alive_final).sum())
     bad = {k: v for k, v in bad.items() if v}
@@ -730,26 +1089,45 @@ def _check_finite(cat: dict) -> None:
                       + "); these statistics are not trustworthy", RuntimeWarning, stacklevel=3)
 
 
-def gather(num_points: int, groups: list[Group], chunks: list[Chunk], results: dict) -> dict:
+def gather(num_points: int, groups: list[Group], chunks: list[Chunk], results: dict,
+           alloc: Callable | None = None) -> dict:
     """{output: array with the grid axis first, in grid order} from every
-    chunk's outputs (`results[i]` for chunk i)."""
+    chunk's outputs (`results[i]` for chunk i). `alloc(name, shape, dtype)`
+    makes each array (default `np.empty`; a memory-mapped file for logs that
+    stream to disk)."""
+    alloc = alloc or (lambda name, shape, dtype: np.empty(shape, dtype))
     cat = {}
     for name in results[0]:
         first = results[0][name]
-        arr = np.empty((num_points,) + first.shape[1:], first.dtype)
+        arr = alloc(name, (num_points,) + first.shape[1:], first.dtype)
         for i, c in enumerate(chunks):
-            arr[groups[c.group].indices[c.indices[: c.n]]] = results[i][name]
+            copy_rows(arr, groups[c.group].indices[c.indices[: c.n]], results[i][name])
         cat[name] = arr
     return cat
 
 
+def _steps(spec: SweepSpec, alloc: Callable | None) -> np.ndarray:
+    """(L,) the logged steps; with `alloc`, in its array, filled a slab at a time."""
+    L, K = spec.num_logs, spec.log_every
+    if alloc is None:
+        return np.arange(L) * K
+    out = alloc("steps", (L,), np.dtype(np.int64))
+    for t in range(0, L, 1 << 22):
+        out[t:t + (1 << 22)] = np.arange(t, min(L, t + (1 << 22))) * K
+    return out
+
+
 def assemble(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], results: dict,
-             meta: dict | None = None) -> SweepResult:
-    """The `SweepResult` in grid order from every chunk's outputs."""
-    cat = _unbounded_where_diverged(gather(spec.num_points, groups, chunks, results))
+             meta: dict | None = None, alloc: Callable | None = None) -> SweepResult:
+    """The `SweepResult` in grid order from every chunk's outputs (see `gather`
+    for `alloc`). Memory-mapped logs (a segmented run's, which already hold the
+    +inf convention) are left on disk."""
+    cat = gather(spec.num_points, groups, chunks, results, alloc)
+    cat = _unbounded_where_diverged(cat, logs=not isinstance(cat["mean"], np.memmap))
     _check_finite(cat)
+    steps = _steps(spec, alloc)
     return SweepResult(
-        spec=spec, steps=np.arange(spec.num_logs) * spec.log_every, grid=spec.grid_arrays(),
+        spec=spec, steps=steps, grid=spec.grid_arrays(),
         mean=np.moveaxis(cat["mean"], 0, 1), std=np.moveaxis(cat["std"], 0, 1),
         sem=np.moveaxis(cat["sem"], 0, 1), alive=cat["alive"],
         final=np.moveaxis(cat["final"], 0, 1), diverged_step=cat["diverged_step"],
@@ -757,10 +1135,12 @@ def assemble(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], results:
 
 
 def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
-        memory_budget: int = 2 << 30, progress: bool | None = None,
+        memory_budget: int | None = None, progress: bool | None = None,
         compiler_options: dict | None = None,
         on_chunk: Callable[[int, dict], None] | None = None,
-        done_chunks: dict[int, dict] | None = None) -> SweepResult:
+        done_chunks: dict[int, dict] | None = None, seed_chunk: int | None = None,
+        segment_blocks: int | None = None, outputs=None, on_segment: Callable | None = None,
+        out: str | None = None, alloc: Callable | None = None) -> SweepResult:
     """Runs the sweep and returns a `SweepResult`.
 
     Args:
@@ -768,7 +1148,11 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
       chunk_size: grid points per compiled call (default: all that fit in
         `memory_budget`). Results do not depend on it.
       devices: devices to shard the grid axis over (default: all of `jax.devices()`).
-      memory_budget: bytes of device memory a chunk may use.
+      memory_budget: bytes of device memory one compiled call may use (default:
+        `memory.DEFAULT_BUDGET` or what the device has free, the less). A sweep
+        whose grid point does not fit with all its seeds runs in seed chunks;
+        one longer than `memory.SEGMENT_UPDATES` updates per call runs in time
+        segments (`memory.plan`). Results do not depend on either, bit for bit.
       progress: True: a progress bar advanced every few log blocks (a host
         callback, never per step), shown once the run has taken 2 s;
         False: none; None (default): the bar when stderr is a terminal (and one
@@ -784,23 +1168,40 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
       done_chunks: {index: arrays} of chunks already computed (as passed to
         `on_chunk` by an earlier run of the same spec and chunk size): they are
         not run again. With every chunk done nothing is compiled.
+      seed_chunk, segment_blocks: force seeds per call and log blocks per
+        segment (default: planned from the budget).
+      outputs, on_segment: where a segmented run's logs go and the per-segment
+        callback (see `run_chunks`; `runner.run_to_dir` passes its chunk store).
+      out: the directory the result will be saved in (the plan then checks the
+        disk and lets large logs stream there); alloc: allocates the assembled
+        log arrays (see `assemble`).
 
     Where every seed of a grid point has diverged, its statistics are +inf, and a
-    diverged seed's final values are +inf (see `SweepResult`).
+    diverged seed's final values are +inf (see `SweepResult`). A run that cannot
+    fit raises `memory.TooLarge` before any work.
     """
     if spec.dtype == "float64" and not jax.config.jax_enable_x64:
         raise ValueError("dtype: float64 needs JAX's 64-bit mode; set JAX_ENABLE_X64=1 "
                          "or jax.config.update('jax_enable_x64', True) before running")
     devices = list(devices) if devices is not None else jax.devices()
-    chunk = plan_chunk(spec, chunk_size, len(devices), memory_budget)
+    if chunk_size is not None:
+        chunk_size = plan_chunk(spec, chunk_size, len(devices))
+    pl = memory.plan(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
+                     seed_chunk=seed_chunk, segment_blocks=segment_blocks, device=devices[0], out=out)
+    chunk = pl.grid
     groups, chunks = plan(spec, chunk)
     ran = run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
-                     on_chunk=on_chunk, progress=progress)
+                     on_chunk=on_chunk, progress=progress, seeds_per_call=pl.seeds,
+                     blocks_per_segment=pl.blocks, outputs=outputs, on_segment=on_segment)
     meta = {
         **provenance.collect(devices),
         "chunk_size": chunk,
         "num_chunks": len(chunks),
         "num_programs": len(groups),
+        "seeds_per_call": pl.seeds,
+        "blocks_per_segment": pl.blocks,
+        "memory_estimate": {"device_bytes_per_call": pl.device_bytes, "host_bytes": pl.host_bytes,
+                            "disk_bytes": pl.disk_bytes, "budget": pl.budget},
         "compiled_programs": ran.programs,
         "resumed_chunks": len(done_chunks or {}),
         "compile_time_s": ran.compile_time_s,
@@ -810,4 +1211,4 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
                           if ran.run_time_s > 0 and ran.computed_points else None),
         "env_fingerprints": sorted({fingerprint(m) for g in groups for m in g.models}),
     }
-    return assemble(spec, groups, chunks, ran.results, meta)
+    return assemble(spec, groups, chunks, ran.results, meta, alloc=alloc)

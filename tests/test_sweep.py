@@ -177,7 +177,11 @@ from bec_jax import sweep
 from bec_jax.spec import SweepSpec
 spec = SweepSpec(alpha=(0.3, 0.005, 0.01), **json.loads(sys.argv[1]))
 r = sweep.run(spec, chunk_size=int(sys.argv[2]))
-np.savez(sys.argv[3], mean=r.mean, final=r.final, dstep=r.diverged_step, ndev=len(jax.devices()))
+# Seed chunks and time segments, the grid sharded over the 4 devices.
+s = sweep.run(spec, chunk_size=int(sys.argv[2]), seed_chunk=spec.seeds // 2 + 1, segment_blocks=3)
+np.savez(sys.argv[3], mean=r.mean, final=r.final, dstep=r.diverged_step, ndev=len(jax.devices()),
+         seg_mean=s.mean, seg_std=s.std, seg_final=s.final, seg_dstep=s.diverged_step,
+         seg_layout=[s.meta["seeds_per_call"], s.meta["blocks_per_segment"]])
 """
 
 
@@ -193,6 +197,10 @@ def test_device_count_independence(full, tmp_path):
     # Bitwise: the program has no reduction whose order depends on the batch shape.
     np.testing.assert_array_equal(z["mean"], full.mean)
     np.testing.assert_array_equal(z["final"], full.final)
+    assert z["seg_layout"].tolist() == [full.seeds // 2 + 1, 3]
+    for k in ("mean", "std", "final"):
+        np.testing.assert_array_equal(z["seg_" + k], getattr(full, k))
+    np.testing.assert_array_equal(z["seg_dstep"], full.diverged_step)
 
 
 def test_programs_are_reused_in_process_only_where_they_are_the_same():

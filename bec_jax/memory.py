@@ -1,0 +1,318 @@
+"""Memory planning: the size of a prediction sweep on every axis, what fits where,
+and a clear refusal when something cannot.
+
+A sweep of G grid points x N seeds x L log points runs as compiled calls of at
+most `grid` points x `seeds` seeds x `blocks` log blocks (a *segment*). The model
+counts, per call:
+
+  device  G N (C s + 8 + 5 M b)      the learner state s bytes per run, C live copies
+                                       in the scan; sampler state, divergence step,
+                                       area sums and metric values
+        + N (3 K u b + 32)           a log block's uniforms (K steps, u per step) and keys
+        + (blocks + 1) G R           the reports: R = (3 M b + 4) bytes of statistics,
+                                       or N (M b + 1) per-seed values in a seed chunk
+        + G N (2 M b + 4)            the per-seed finals
+  host    G_all N (2 M b + 4)        every seed's finals, areas and divergence step
+        + (N / seeds) * carry        seed chunks' carried states between calls
+        + logs held in memory        (G_all (3 M + 1) L 4 bytes unless streamed to disk)
+  disk    the same log arrays and per-seed arrays (twice the logs while a streamed
+          run assembles them)
+
+with b the dtype's bytes and M the metrics. C is calibrated against XLA's own
+buffer assignment (`Compiled.memory_analysis`) by the tests: the estimate is
+within a factor of 2 of what XLA allocates for the shapes tested.
+
+The budget for one call: `memory_budget` if given, else the smaller of
+`DEFAULT_BUDGET` and what the device has free (`Device.memory_stats` where the
+backend reports it, e.g. a GPU; on a CPU half the host's available memory).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import NamedTuple
+
+import numpy as np
+
+DEFAULT_BUDGET = 2 << 30        # bytes one compiled call may use by default
+STATE_COPIES = 6                # live copies of the learner state in the scan
+SEGMENT_UPDATES = 1_000_000_000  # updates per segment: a few seconds on a CPU, less on a GPU
+BLOCK_OVERHEAD = 1000           # a log block's fixed cost, in updates (the time bound of a segment)
+SEGMENT_REPORT_FRACTION = 4     # a segment's reports use at most budget / 4
+MAX_CALLS = 100_000             # more seed chunks than this: refused (the budget is too small to be useful)
+LAZY_LOG_BYTES = 256 << 20      # log arrays above this stream to disk and load memory-mapped
+
+
+class TooLarge(ValueError):
+    """A run that cannot fit: one line naming the field to change and the sizes."""
+
+
+class OutOfMemory(TooLarge):
+    """The device ran out of memory while running (another process took some):
+    one line with the advice; `chunk` is the chunk that failed."""
+
+    def __init__(self, message: str, chunk: int | None = None):
+        super().__init__(message)
+        self.chunk = chunk
+
+
+def human(n: float) -> str:
+    """Bytes as a short decimal size: '7.8 GB', '512 MB'."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def parse_size(text) -> int:
+    """'3GB', '500MiB', '2e9' or an int -> bytes; ValueError naming memory_budget."""
+    if isinstance(text, (int, np.integer)) and not isinstance(text, bool):
+        n = int(text)
+    else:
+        s = str(text).strip().replace(" ", "")
+        units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+                 "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6, "G": 10**9}
+        num = s.rstrip("BbKkMmGgTtIi")
+        unit = s[len(num):].upper()
+        try:
+            n = int(float(num) * units[unit])
+        except (ValueError, KeyError):
+            raise ValueError(f"memory_budget: expected a size such as 3GB, 500MiB or 2e9 bytes, got {text!r}") from None
+    if n <= 0:
+        raise ValueError(f"memory_budget: must be positive, got {text!r}")
+    return n
+
+
+# ------------------------------------------------------------------ what is there
+
+def host_available() -> int:
+    """Bytes of host memory available now (MemAvailable on Linux; else 8 GB)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def device_available(device) -> int:
+    """Bytes free on `device`: its allocator's limit less what is in use where the
+    backend reports it (GPUs do), else half the host's available memory (a CPU
+    device's memory is the host's, shared with the outputs)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # backends without allocator statistics raise or return None
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    return host_available() // 2
+
+
+def disk_free(path: str) -> int:
+    """Bytes free on the file system that holds `path` (or its nearest existing parent)."""
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        p = os.path.dirname(p)
+    return shutil.disk_usage(p).free
+
+
+# ------------------------------------------------------------------ sizes
+
+class Sizes(NamedTuple):
+    """Per-run and per-point sizes of a spec, in bytes (see the module docstring)."""
+
+    item: int          # bytes of the dtype
+    metrics: int       # M
+    state: int         # the learner state of one run (batched leaves)
+    per_run: int       # device bytes per (grid point, seed) in a call
+    per_seed: int      # device bytes per seed independent of the grid (uniforms, keys)
+    report_stats: int  # bytes per grid point per log point of statistics
+    report_seed: int   # bytes per (grid point, seed) per log point of per-seed values
+    finals: int        # bytes per (grid point, seed) of finals
+    carry: int         # host bytes of a run's carried state between calls
+    log_points: int    # L + 1
+
+
+def sizes(spec) -> Sizes:
+    """The sizes of `spec` (a `SweepSpec`): the state's from the algorithm's init."""
+    import jax
+    import jax.numpy as jnp
+
+    from bec_jax import sampling
+    item = jnp.dtype(spec.dtype).itemsize
+    k = spec.mdp().num_features
+    shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((k,), jnp.dtype(spec.dtype)))
+    counter = spec.algorithm_def.counter
+
+    def leaf_bytes(path, leaf):  # the update counter is one copy for every run
+        last = path[-1] if path else None
+        name = getattr(last, "name", None) or getattr(last, "key", None)
+        return 0 if name == counter else int(np.prod(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
+
+    state = sum(jax.tree_util.tree_leaves(jax.tree_util.tree_map_with_path(leaf_bytes, shapes)))
+    M = len(spec.metrics)
+    nu = sampling.NUM_UNIFORMS[spec.sampler]
+    return Sizes(item=item, metrics=M, state=state,
+                 per_run=STATE_COPIES * state + 8 + 5 * M * item,
+                 per_seed=3 * spec.log_every * nu * item + 32,
+                 report_stats=3 * M * item + 4, report_seed=M * item + 1,
+                 finals=2 * M * item + 4, carry=state + 8 + M * item,
+                 log_points=spec.num_logs)
+
+
+def call_bytes(sz: Sizes, grid: int, seeds: int, blocks: int, per_seed: bool) -> int:
+    """Device bytes of one call of `grid` points x `seeds` seeds x `blocks` log blocks."""
+    report = grid * seeds * sz.report_seed if per_seed else grid * sz.report_stats
+    return (grid * seeds * sz.per_run + seeds * sz.per_seed + (blocks + 1) * report
+            + grid * seeds * sz.finals)
+
+
+def log_bytes(spec, sz: Sizes | None = None) -> int:
+    """Bytes of the logged arrays of the whole sweep (mean, std, sem per metric, alive)."""
+    sz = sz or sizes(spec)
+    return spec.num_points * sz.log_points * (3 * sz.metrics * sz.item + 4)
+
+
+def per_seed_bytes(spec, sz: Sizes | None = None) -> int:
+    """Bytes of the per-seed arrays of the whole sweep (finals, areas, divergence steps)."""
+    sz = sz or sizes(spec)
+    return spec.num_points * spec.seeds * sz.finals
+
+
+# ------------------------------------------------------------------ the plan
+
+class Plan(NamedTuple):
+    """How a sweep runs: `grid` points and `seeds` seeds per call, `blocks` log
+    blocks per segment (>= L: one segment), the sizes that decided it and the
+    budget; `segmented` when the run needs more than one call per grid chunk."""
+
+    grid: int
+    seeds: int
+    blocks: int
+    budget: int
+    device_bytes: int
+    host_bytes: int
+    disk_bytes: int
+    lazy: bool
+    total_seeds: int
+    total_blocks: int
+
+    @property
+    def segmented(self) -> bool:
+        return self.seeds < self.total_seeds or self.blocks < self.total_blocks
+
+
+def default_budget(device) -> int:
+    """The default device budget of one call: DEFAULT_BUDGET or what is free, the less."""
+    return min(DEFAULT_BUDGET, device_available(device))
+
+
+def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_size: int | None = None,
+         seed_chunk: int | None = None, segment_blocks: int | None = None, device=None,
+         out: str | None = None, host_budget: int | None = None) -> Plan:
+    """The plan of `spec` on `n_devices` devices: the largest grid chunk that fits
+    the budget with every seed; if one grid point's seeds do not fit, seed chunks;
+    segments of at most SEGMENT_UPDATES updates whose reports fit a quarter of the
+    budget. `chunk_size`, `seed_chunk` and `segment_blocks` force a layout
+    (results do not depend on it). `TooLarge` (a ValueError, one line naming the
+    field) when even one seed of one point does not fit the budget, when the host
+    cannot hold the per-seed results, or (with `out`) when the disk cannot hold the files.
+    """
+    import jax
+    device = device if device is not None else jax.devices()[0]
+    budget = int(memory_budget) if memory_budget is not None else default_budget(device)
+    sz = sizes(spec)
+    N, L, G_all = spec.seeds, spec.steps // spec.log_every, spec.num_points
+
+    # Seeds per call: every seed if one grid point (per device) fits, else the most that do.
+    one_point = call_bytes(sz, 1, N, 1, False)
+    if seed_chunk is not None:
+        seeds = int(min(seed_chunk, N))
+    elif one_point <= budget:
+        seeds = N
+    else:
+        # Three quarters of the budget for the runs, a quarter for a segment's reports.
+        fit = (budget - budget // SEGMENT_REPORT_FRACTION) // (sz.per_run + sz.per_seed + sz.finals
+                                                                 + 2 * sz.report_seed)
+        if fit < 1:
+            need = call_bytes(sz, 1, 1, 1, True)
+            raise TooLarge(f"memory_budget: one run of this spec needs about {human(need)} of device memory; "
+                           f"the budget is {human(budget)}; raise --memory-budget")
+        pieces = -(-N // fit)
+        if pieces * G_all > MAX_CALLS:
+            raise TooLarge(f"memory_budget: {N} seeds need about {human(one_point)} of device memory per grid "
+                           f"point; with {human(budget)} the run would take {pieces * G_all} calls; raise "
+                           "--memory-budget or use fewer seeds")
+        seeds = -(-N // pieces)  # balanced seed chunks
+    per_seed = seeds < N
+    # Grid points per call.
+    if chunk_size is not None:
+        grid = int(chunk_size)
+    elif per_seed:
+        grid = 1
+    else:
+        per_point = call_bytes(sz, 1, N, 1, False) - N * sz.per_seed
+        grid = max(1, min(G_all, (budget - N * sz.per_seed) // max(per_point, 1)))
+    grid = -(-grid // n_devices) * n_devices
+    # Log blocks per segment: bounded in updates (a stop lands within seconds) and
+    # in report bytes.
+    if segment_blocks is not None:
+        blocks = max(1, int(segment_blocks))
+    else:
+        cost_per_block = grid * seeds * spec.log_every + BLOCK_OVERHEAD
+        by_time = max(1, SEGMENT_UPDATES // cost_per_block)
+        report = grid * seeds * sz.report_seed if per_seed else grid * sz.report_stats
+        by_bytes = max(1, (budget // SEGMENT_REPORT_FRACTION) // max(report, 1))
+        blocks = min(by_time, by_bytes)
+        if blocks >= L:
+            blocks = L
+        else:  # equal segments where possible: fewer programs to compile
+            blocks = -(-L // -(-L // blocks))
+    blocks = min(blocks, L) if L > 0 else 1
+    device_bytes = call_bytes(sz, -(-grid // n_devices), seeds, blocks, per_seed)
+    lazy = log_bytes(spec, sz) > LAZY_LOG_BYTES and out is not None
+    host = per_seed_bytes(spec, sz) + (0 if lazy else log_bytes(spec, sz))
+    if per_seed:
+        host += grid * N * sz.carry + blocks * grid * N * sz.report_seed
+    disk = per_seed_bytes(spec, sz) + log_bytes(spec, sz) * (2 if lazy else 1)
+    host_budget = host_budget if host_budget is not None else int(host_available() * 0.8)
+    if host > host_budget:
+        logs = 0 if lazy else log_bytes(spec, sz)
+        if logs > per_seed_bytes(spec, sz):
+            where = ("write the run to a directory (--out) so the logs stream to disk, or "
+                     if out is None else "")
+            raise TooLarge(f"log_every: {L + 1} log points x {G_all} grid points need about {human(logs)} of "
+                           f"host memory; about {human(host_budget)} is available; {where}log less often "
+                           "(a larger log_every)")
+        raise TooLarge(f"seeds: {N} seeds x {G_all} grid points need about {human(host)} of host memory for "
+                       f"the per-seed results; about {human(host_budget)} is available; use fewer seeds or "
+                       "grid points")
+    if out is not None:
+        free = disk_free(out)
+        if disk > free:
+            raise TooLarge(f"log_every: the run's files need about {human(disk)} on disk ({L + 1} log points x "
+                           f"{G_all} grid points); {human(free)} is free where {out!r} is; log less often "
+                           "(a larger log_every) or free space")
+    return Plan(grid, seeds, blocks, budget, device_bytes, host, disk, lazy, N, L)
+
+
+def describe(p: Plan) -> str:
+    """One line on a plan, for logs and progress output."""
+    return (f"{p.grid} grid points x {p.seeds} seeds per call, {p.blocks} log blocks per segment; "
+            f"about {human(p.device_bytes)} of device memory per call (budget {human(p.budget)}), "
+            f"{human(p.host_bytes)} of host memory")
+
+
+def segments(L: int, blocks: int) -> list[tuple[int, int]]:
+    """[(first block, number of blocks)] covering L log blocks in segments of `blocks`."""
+    return [(j, min(blocks, L - j)) for j in range(0, L, blocks)] if L else []
+
+
+def seed_ranges(N: int, seeds: int) -> list[int]:
+    """The offsets of the seed chunks of `seeds` seeds covering N (the last padded)."""
+    return list(range(0, N, seeds))
