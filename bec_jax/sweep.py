@@ -873,10 +873,9 @@ def _segment_programs(spec, group: Group, size: int, devices, plan_seeds: int, b
     carry_shape = jax.eval_shape(sp.start, seed_dev, grid, off)[0]
     progs = {"blocks": blocks, "carry_sharding": sp.carry_sharding, "mesh": sp.mesh,
              "carry_tree": jax.tree_util.tree_structure(carry_shape)}
-    if sp.mesh is not None:
-        # Compiled on first use (counted here; the time shows in the run time).
-        progs.update(start=sp.start, finish=sp.finish, advance={n: q.advance for n, q in sps.items()})
-        return progs, 2 + len(lengths)
+    if sp.mesh is not None:  # the carry as the programs shard it
+        carry_shape = jax.tree_util.tree_map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
+                                             carry_shape, sp.carry_sharding(carry_shape))
     opts = compiler_options or None
     progs.update(
         start=sp.start.lower(seed_dev, grid, off).compile(opts),
@@ -952,17 +951,28 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
         local = [d for d in devices if d.process_index == jax.process_index()]
         bar = BlockProgress(spec, len(todo), len(chunks), len(local) if len(devices) > 1 else 1,
                             show=jax.process_index() == 0)
-    state = {"n": 0, "shown": False}
+    state = {"n": 0, "shown": False, "last": 0.0, "since": None}
 
     def seg_progress(i, blocks_done, blocks, checkpoint):
-        # A line per segment: a long chunk shows it is alive (and when it will end).
-        el = time.perf_counter() - t_start
-        if jax.process_index() == 0 and progress is not False and (progress or el > 2.0):
-            frac = (state["n"] * blocks + blocks_done) / max(1, len(todo) * blocks)
+        # A line per segment (at most one a second): a long chunk shows it is alive
+        # and when it will end (estimated from this process's pace: a resumed
+        # chunk starts part way).
+        now = time.perf_counter()
+        if state["since"] is None or state["since"][0] != i:
+            state["since"] = (i, blocks_done, now)
+        el = now - t_start
+        if (jax.process_index() == 0 and progress is not False and (progress or el > 2.0)
+                and now - state["last"] >= 1.0):
+            _, b0, t0 = state["since"]
+            rate = (blocks_done - b0) / (now - t0) if blocks_done > b0 and now > t0 else None
+            left = (blocks - blocks_done) / rate if rate else None
+            chunks_left = len(todo) - state["n"] - 1
             sys.stderr.write(f"\r[bec-jax] chunk {len(done) + state['n'] + 1}/{len(chunks)}  log block "
-                             f"{blocks_done}/{blocks}  {el:6.1f}s elapsed  ~{el / frac * (1 - frac):6.1f}s left")
+                             f"{blocks_done}/{blocks}  {el:6.1f}s elapsed"
+                             + (f"  ~{left:6.1f}s left in this chunk" if left is not None else "")
+                             + (f" ({chunks_left} more chunks)" if chunks_left else ""))
             sys.stderr.flush()
-            state["shown"] = True
+            state["shown"], state["last"] = True, now
         if on_segment is not None:
             on_segment(i, blocks_done, blocks, checkpoint)
 
