@@ -37,7 +37,7 @@ import numpy as np
 DEFAULT_BUDGET = 2 << 30        # bytes one compiled call may use by default
 STATE_COPIES = 6                # live copies of the learner state in the scan
 SEGMENT_UPDATES = 1_000_000_000  # updates per segment: a few seconds on a CPU, less on a GPU
-BLOCK_OVERHEAD = 1000           # a log block's fixed cost, in updates (the time bound of a segment)
+BLOCK_OVERHEAD = 5000           # a log block's fixed cost, in updates (the time bound of a segment)
 SEGMENT_REPORT_FRACTION = 4     # a segment's reports use at most budget / 4
 MAX_CALLS = 100_000             # more seed chunks than this: refused (the budget is too small to be useful)
 LAZY_LOG_BYTES = 256 << 20      # log arrays above this stream to disk and load memory-mapped
@@ -207,6 +207,13 @@ class Plan(NamedTuple):
         return self.seeds < self.total_seeds or self.blocks < self.total_blocks
 
 
+def _seed_chunk(seeds: int, n_devices: int) -> int:
+    """A seed chunk's size: split evenly over the devices, at least 2 seeds on
+    each. (XLA compiles a batch of one seed differently, dropping its size-1
+    axis, which can change the last bit of a metric of a multi-model group.)"""
+    return max(2, -(-seeds // n_devices)) * n_devices
+
+
 def default_budget(device) -> int:
     """The default device budget of one call: DEFAULT_BUDGET or what is free, the less."""
     return min(DEFAULT_BUDGET, device_available(device))
@@ -233,6 +240,8 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     one_point = call_bytes(sz, 1, N, 1, False)
     if seed_chunk is not None:
         seeds = int(min(seed_chunk, N))
+        if seeds < N:
+            seeds = min(N, _seed_chunk(seeds, n_devices))
     elif one_point <= budget:
         seeds = N
     else:
@@ -248,7 +257,7 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
             raise TooLarge(f"memory_budget: {N} seeds need about {human(one_point)} of device memory per grid "
                            f"point; with {human(budget)} the run would take {pieces * G_all} calls; raise "
                            "--memory-budget or use fewer seeds")
-        seeds = -(-N // pieces)  # balanced seed chunks
+        seeds = min(N, _seed_chunk(-(-N // pieces), n_devices))  # balanced seed chunks
     per_seed = seeds < N
     # Grid points per call.
     if chunk_size is not None:
@@ -258,7 +267,8 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     else:
         per_point = call_bytes(sz, 1, N, 1, False) - N * sz.per_seed
         grid = max(1, min(G_all, (budget - N * sz.per_seed) // max(per_point, 1)))
-    grid = -(-grid // n_devices) * n_devices
+    if not per_seed:  # the grid is split over the devices (a seed chunk splits its seeds)
+        grid = -(-grid // n_devices) * n_devices
     # Log blocks per segment: bounded in updates (a stop lands within seconds) and
     # in report bytes.
     if segment_blocks is not None:
@@ -274,7 +284,7 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
         else:  # equal segments where possible: fewer programs to compile
             blocks = -(-L // -(-L // blocks))
     blocks = min(blocks, L) if L > 0 else 1
-    device_bytes = call_bytes(sz, -(-grid // n_devices), seeds, blocks, per_seed)
+    device_bytes = call_bytes(sz, grid, seeds, blocks, per_seed)  # all devices of the call together
     lazy = log_bytes(spec, sz) > LAZY_LOG_BYTES and out is not None
     host = per_seed_bytes(spec, sz) + (0 if lazy else log_bytes(spec, sz))
     if per_seed:

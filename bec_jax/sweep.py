@@ -541,12 +541,24 @@ def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int,
     seeds from seed index `offset` (relative to the spec's seed_offset). With
     `seeds < spec.seeds` (a seed chunk) the reports are per seed (`per_seed`):
     the host combines the seed chunks with `_seed_stats`. Chained over every
-    segment and seed chunk they compute exactly what `make_program` does."""
-    kern = _kernel(spec, group, chunk)
+    segment and seed chunk they compute exactly what `make_program` does.
+
+    With several devices the grid axis is split over them; in a seed chunk,
+    which has no statistic over seeds inside, the seed axis is (`seeds` must
+    then be a multiple of the device count, `chunk` need not be)."""
+    devices = list(devices) if devices is not None else jax.devices()
     per_seed = seeds < spec.seeds
+    n_dev = len(devices)
+    by_seed = per_seed and n_dev > 1
+    if by_seed and seeds % n_dev:
+        raise ValueError(f"seeds: a seed chunk must be a multiple of the {n_dev} devices, got {seeds}")
+    kern = _kernel(spec, group, chunk)
+    local = seeds // n_dev if by_seed else seeds
 
     def ctx_of(seed, grid, offset):
-        return kern.setup(seed, grid, spec.seed_offset + offset, seeds)
+        if by_seed:  # this device's share of the seed chunk
+            offset = offset + jax.lax.axis_index(GRID_AXIS).astype(offset.dtype) * local
+        return kern.setup(seed, grid, spec.seed_offset + offset, local)
 
     def start(seed, grid, offset):
         return kern.start(ctx_of(seed, grid, offset), per_seed)
@@ -557,28 +569,38 @@ def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int,
     def finish(seed, grid, offset, carry):
         return kern.finish(ctx_of(seed, grid, offset), carry)
 
-    mesh = _mesh(devices, chunk)
+    mesh = (Mesh(np.array(devices), (GRID_AXIS,)) if by_seed else _mesh(devices, chunk)) if n_dev > 1 else None
     if mesh is None:
         return SegmentPrograms(jax.jit(start), jax.jit(advance), jax.jit(finish),
                                blocks, per_seed, None, lambda carry: None)
     P, g = PartitionSpec, GRID_AXIS
-    state_spec = jax.tree_util.tree_map(lambda ax: P() if ax is None else P(g), kern.axes,
-                                        is_leaf=lambda a: a is None)
-    # carry = (states, sampler states, diverged step, area sums): sampler states
-    # are (N,) with one model, (E or G, N) with several.
     E = len(group.models)
-    samp_spec = P() if E == 1 or 1 < E <= chunk else P(g)
-    carry_spec = (state_spec, samp_spec, P(g), P(None, g))
-    if per_seed:
-        first_spec, ys_spec = (P(None, g), P(g)), (P(None, None, g), P(None, g))
+    # carry = (states (G, N, ...), sampler states ((N,) with one model, (E or G, N)
+    # with several), diverged step (G, N), area sums (M, G, N)).
+    if by_seed:
+        state_spec = jax.tree_util.tree_map(lambda ax: P() if ax is None else P(None, g), kern.axes,
+                                            is_leaf=lambda a: a is None)
+        carry_spec = (state_spec, P(g) if E == 1 else P(None, g), P(None, g), P(None, None, g))
+        first_spec, ys_spec = (P(None, None, g), P(None, g)), (P(None, None, None, g), P(None, None, g))
+        fin_spec = {"final": P(None, None, g), "auc_seed": P(None, None, g), "diverged_step": P(None, g)}
+        grid_spec = P()
     else:
-        first_spec = (P(None, g),) * 3 + (P(g),)
-        ys_spec = (P(None, None, g),) * 3 + (P(None, g),)
-    fin_spec = {"final": P(g), "auc_seed": P(g), "diverged_step": P(g)}
+        state_spec = jax.tree_util.tree_map(lambda ax: P() if ax is None else P(g), kern.axes,
+                                            is_leaf=lambda a: a is None)
+        samp_spec = P() if E == 1 or 1 < E <= chunk else P(g)
+        carry_spec = (state_spec, samp_spec, P(g), P(None, g))
+        if per_seed:
+            first_spec, ys_spec = (P(None, g), P(g)), (P(None, None, g), P(None, g))
+        else:
+            first_spec = (P(None, g),) * 3 + (P(g),)
+            ys_spec = (P(None, None, g),) * 3 + (P(None, g),)
+        fin_spec = {"final": P(g), "auc_seed": P(g), "diverged_step": P(g)}
+        grid_spec = P(g)
     sm = partial(jax.shard_map, mesh=mesh, check_vma=False)
-    start_fn = jax.jit(sm(start, in_specs=(P(), P(g), P()), out_specs=(carry_spec, first_spec)))
-    advance_fn = jax.jit(sm(advance, in_specs=(P(), P(g), P(), carry_spec, P()), out_specs=(carry_spec, ys_spec)))
-    finish_fn = jax.jit(sm(finish, in_specs=(P(), P(g), P(), carry_spec), out_specs=fin_spec))
+    start_fn = jax.jit(sm(start, in_specs=(P(), grid_spec, P()), out_specs=(carry_spec, first_spec)))
+    advance_fn = jax.jit(sm(advance, in_specs=(P(), grid_spec, P(), carry_spec, P()),
+                            out_specs=(carry_spec, ys_spec)))
+    finish_fn = jax.jit(sm(finish, in_specs=(P(), grid_spec, P(), carry_spec), out_specs=fin_spec))
 
     def carry_sharding(carry):
         return jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), carry_spec,
@@ -753,25 +775,51 @@ class MemoryOutputs:
         """Keeps chunk `index`'s carried states (host arrays) after `next_block` blocks."""
 
 
-def _stats_program(exact_ties: bool):
-    """(values (n, M, G, N), alive (n, G, N)) -> the statistics of each log point,
-    the in-program report of a seed-chunked run's combined seeds."""
-    def one(v, a):
-        return (*_seed_stats(v, a, exact_ties), a.sum(-1).astype(jnp.int32))
-    return jax.jit(jax.vmap(one))
+def _np_tree_reduce(x: np.ndarray, op, pad: float) -> np.ndarray:
+    """`_tree_reduce` in NumPy: the same pairwise halvings, each rounded on its own."""
+    n = x.shape[-1]
+    width = 1 << max(0, (n - 1).bit_length())
+    if width != n:
+        x = np.concatenate([x, np.full(x.shape[:-1] + (width - n,), pad, x.dtype)], axis=-1)
+    while x.shape[-1] > 1:
+        half = x.shape[-1] // 2
+        x = op(x[..., :half], x[..., half:])
+    return x[..., 0]
 
 
-_HOST_STATS = {}
+def _np_seed_stats(values: np.ndarray, alive: np.ndarray, exact_ties: bool) -> tuple:
+    """`_seed_stats` in NumPy, for the statistics of a seed-chunked run, taken on
+    the host from every seed chunk's per-seed values. NumPy rounds every product
+    and sum on its own (no fused multiply-add), as the sweep program does: the
+    numbers equal a single call's bit for bit (tested)."""
+    dt = values.dtype
+    alive = np.broadcast_to(alive[None], values.shape)
+    n = alive.sum(axis=-1).astype(dt)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = _np_tree_reduce(np.where(alive, values, dt.type(0)), np.add, 0.0) / n
+        if exact_ties:
+            lo = _np_tree_reduce(np.where(alive, values, dt.type(np.inf)), np.minimum, np.inf)
+            hi = _np_tree_reduce(np.where(alive, values, dt.type(-np.inf)), np.maximum, -np.inf)
+            mean = np.where(lo == hi, lo, mean)
+        dev = np.where(alive, values - mean[..., None], dt.type(0))
+        ss = _np_tree_reduce(dev * dev, np.add, 0.0)
+        std = np.sqrt(ss / n)
+        sem = np.where(n > 1, np.sqrt(ss / np.maximum(n - 1, dt.type(1)) / n), dt.type(0))
+    return mean.astype(dt), std.astype(dt), sem.astype(dt)
 
 
 def _combine_seeds(reports: list, N: int, exact_ties: bool) -> tuple:
     """The statistics over all seeds from the seed chunks' per-seed reports
-    (values (n, M, G, Ns), alive (n, G, Ns) each), trimmed to the spec's N seeds."""
-    vals = np.concatenate([np.asarray(r[0]) for r in reports], axis=-1)[..., :N]
-    alive = np.concatenate([np.asarray(r[1]) for r in reports], axis=-1)[..., :N]
-    if exact_ties not in _HOST_STATS:
-        _HOST_STATS[exact_ties] = _stats_program(exact_ties)
-    return jax.device_get(_HOST_STATS[exact_ties](vals, alive))
+    (values (n, M, G, Ns), alive (n, G, Ns) each), trimmed to the spec's N seeds;
+    one log point at a time, so the host holds a few copies of one point's values."""
+    n = reports[0][0].shape[0]
+    out = [], [], [], []
+    for t in range(n):
+        vals = np.concatenate([np.asarray(r[0][t]) for r in reports], axis=-1)[..., :N]
+        alive = np.concatenate([np.asarray(r[1][t]) for r in reports], axis=-1)[..., :N]
+        for lst, x in zip(out, (*_np_seed_stats(vals, alive, exact_ties), alive.sum(-1).astype(np.int32))):
+            lst.append(x)
+    return tuple(np.stack(x) for x in out)
 
 
 def _write_logs(arrays: dict, n: int, l0: int, stats: tuple) -> int:
@@ -935,6 +983,10 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                          "raise --memory-budget (or give fewer seeds or steps) so it runs in one call per chunk")
     outputs = outputs if outputs is not None else MemoryOutputs()
     ranges = list(range(0, spec.seeds, seeds_per_call)) if segmented else [0]
+    # A seed chunk splits its seeds, not the grid, over the devices.
+    by_seed = segmented and seeds_per_call < spec.seeds and len(devices) > 1
+    if by_seed and seeds_per_call % len(devices):
+        raise ValueError(f"seed_chunk: must be a multiple of the {len(devices)} devices, got {seeds_per_call}")
     timing = {"run": 0.0}
     done = dict(done or {})
     _check_done(done, chunks)
@@ -982,7 +1034,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
             if bar is not None:
                 bar.chunk(i)
             c = chunks[i]
-            c = c._replace(indices=_pad(c.indices, len(devices)))
+            c = c._replace(indices=_pad(c.indices, 1 if by_seed else len(devices)))
             size = len(c.indices)
             key = (c.group, size)
             grid = None
@@ -997,8 +1049,10 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                     if hit is not None:
                         _EXECUTABLES.move_to_end(memo)
                 if hit is None and segmented:
-                    mesh = _mesh(devices, size)
-                    placed = ((NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec(GRID_AXIS)))
+                    mesh = (Mesh(np.array(devices), (GRID_AXIS,)) if by_seed else _mesh(devices, size)) \
+                        if len(devices) > 1 else None
+                    placed = ((NamedSharding(mesh, PartitionSpec()),
+                               NamedSharding(mesh, PartitionSpec() if by_seed else PartitionSpec(GRID_AXIS)))
                               if mesh is not None else (devices[0], devices[0]))
                     seed_dev = _place(seed, placed[0])
                     grid = {k: _place(v, placed[1]) for k, v in chunk_grid(spec, groups[c.group], c).items()}
