@@ -309,20 +309,3 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
                            f"{G_all} grid points); {human(free)} is free where {out!r} is; log less often "
                            "(a larger log_every) or free space")
     return Plan(grid, seeds, blocks, budget, device_bytes, host, disk, lazy, N, L)
-
-
-def describe(p: Plan) -> str:
-    """One line on a plan, for logs and progress output."""
-    return (f"{p.grid} grid points x {p.seeds} seeds per call, {p.blocks} log blocks per segment; "
-            f"about {human(p.device_bytes)} of device memory per call (budget {human(p.budget)}), "
-            f"{human(p.host_bytes)} of host memory")
-
-
-def segments(L: int, blocks: int) -> list[tuple[int, int]]:
-    """[(first block, number of blocks)] covering L log blocks in segments of `blocks`."""
-    return [(j, min(blocks, L - j)) for j in range(0, L, blocks)] if L else []
-
-
-def seed_ranges(N: int, seeds: int) -> list[int]:
-    """The offsets of the seed chunks of `seeds` seeds covering N (the last padded)."""
-    return list(range(0, N, seeds))
