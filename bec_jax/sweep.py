@@ -789,9 +789,11 @@ def _np_tree_reduce(x: np.ndarray, op, pad: float) -> np.ndarray:
 
 def _np_seed_stats(values: np.ndarray, alive: np.ndarray, exact_ties: bool) -> tuple:
     """`_seed_stats` in NumPy, for the statistics of a seed-chunked run, taken on
-    the host from every seed chunk's per-seed values. NumPy rounds every product
-    and sum on its own (no fused multiply-add), as the sweep program does: the
-    numbers equal a single call's bit for bit (tested)."""
+    the host from every seed chunk's per-seed values: the same pairwise sums in the
+    same order, each operation rounded on its own. Inside the sweep program XLA may
+    fuse a multiply and an add, or divide by multiplying with a reciprocal, so the
+    numbers agree with a single call's to a few units in the last place (tested),
+    and bit for bit between any two seed chunkings."""
     dt = values.dtype
     alive = np.broadcast_to(alive[None], values.shape)
     n = alive.sum(axis=-1).astype(dt)
@@ -834,7 +836,7 @@ def _write_logs(arrays: dict, n: int, l0: int, stats: tuple) -> int:
     bad = 0
     for name, x in (("mean", mean), ("std", std), ("sem", sem)):
         x = np.moveaxis(x, (0, 1, 2), (2, 1, 0))[:n]  # (n, M, T)
-        bad += int(np.isnan(x).sum())
+        bad += int((np.isnan(x) & ~dead).sum())  # NaN where no seed is alive is the +inf below
         arrays[name][:, :, l0:l0 + T] = np.where(dead, np.inf, x)
     arrays["alive"][:, l0:l0 + T] = alive_g
     return bad

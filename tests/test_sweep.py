@@ -197,10 +197,16 @@ def test_device_count_independence(full, tmp_path):
     # Bitwise: the program has no reduction whose order depends on the batch shape.
     np.testing.assert_array_equal(z["mean"], full.mean)
     np.testing.assert_array_equal(z["final"], full.final)
+    # Seed chunks: per-seed numbers bit for bit; the statistics over seeds, taken on
+    # the host, to a few units in the last place (see bec_jax.sweep._np_seed_stats).
     assert z["seg_layout"].tolist() == [28, 3]
-    for k in ("mean", "std", "final"):
-        np.testing.assert_array_equal(z["seg_" + k], getattr(full, k))
+    np.testing.assert_array_equal(z["seg_final"], full.final)
     np.testing.assert_array_equal(z["seg_dstep"], full.diverged_step)
+    for k in ("mean", "std"):
+        got, want = z["seg_" + k], getattr(full, k)
+        fin = np.isfinite(want)
+        np.testing.assert_array_equal(got[~fin], want[~fin])
+        assert np.all(np.abs(got[fin] - want[fin]) <= 4 * np.spacing(np.abs(want[fin]))), k
 
 
 def test_programs_are_reused_in_process_only_where_they_are_the_same():
