@@ -24,7 +24,9 @@ within a factor of 2 of what XLA allocates for the shapes tested.
 
 The budget for one call: `memory_budget` if given, else the smaller of
 `DEFAULT_BUDGET` and what the device has free (`Device.memory_stats` where the
-backend reports it, e.g. a GPU; on a CPU half the host's available memory).
+backend reports it, e.g. a GPU; on a CPU half the host's available memory). On a
+CPU, with no budget given, a call also keeps its carried state within
+`CPU_CACHE_BYTES` per device: a state that stays in cache updates faster.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ STATE_COPIES = 6                # live copies of the learner state in the scan
 SEGMENT_UPDATES = 1_000_000_000  # updates per segment: a few seconds on a CPU, less on a GPU
 BLOCK_OVERHEAD = 5000           # a log block's fixed cost, in updates (the time bound of a segment)
 SEGMENT_REPORT_FRACTION = 4     # a segment's reports use at most budget / 4
+CPU_CACHE_BYTES = 1_500_000     # carried state per device of one call on a CPU (cache-sized)
 MAX_CALLS = 100_000             # more seed chunks than this: refused (the budget is too small to be useful)
 LAZY_LOG_BYTES = 256 << 20      # log arrays above this stream to disk and load memory-mapped
 
@@ -267,6 +270,13 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     else:
         per_point = call_bytes(sz, 1, N, 1, False) - N * sz.per_seed
         grid = max(1, min(G_all, (budget - N * sz.per_seed) // max(per_point, 1)))
+        if device.platform == "cpu" and memory_budget is None:
+            # On a CPU the carried state of a call is best kept in cache: 10^6 runs in
+            # one call ran at 164 M updates/s, in calls of 5 x 10^4 runs at 275 M/s
+            # (README, Performance). Equal chunks share one compiled program.
+            fit = max(1, CPU_CACHE_BYTES * n_devices // (N * sz.carry))
+            if fit < grid:
+                grid = -(-G_all // -(-G_all // fit))
     if not per_seed:  # the grid is split over the devices (a seed chunk splits its seeds)
         grid = -(-grid // n_devices) * n_devices
     # Log blocks per segment: bounded in updates (a stop lands within seconds) and
