@@ -230,7 +230,7 @@ def _bcast(mask: jax.Array, x: jax.Array) -> jax.Array:
     return mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
 
 
-def _tree_reduce(x: jax.Array, op, pad: float) -> jax.Array:
+def _tree_reduce(x: jax.Array, op, pad: float, xp=jnp) -> jax.Array:
     """Reduces the last axis by pairwise halving (padded with `pad` to a power of two).
 
     Only elementwise ops, in an order fixed by the axis length alone: XLA's reduce
@@ -239,7 +239,7 @@ def _tree_reduce(x: jax.Array, op, pad: float) -> jax.Array:
     n = x.shape[-1]
     width = 1 << max(0, (n - 1).bit_length())
     if width != n:
-        x = jnp.concatenate([x, jnp.full(x.shape[:-1] + (width - n,), pad, x.dtype)], axis=-1)
+        x = xp.concatenate([x, xp.full(x.shape[:-1] + (width - n,), pad, x.dtype)], axis=-1)
     while x.shape[-1] > 1:
         half = x.shape[-1] // 2
         x = op(x[..., :half], x[..., half:])
@@ -777,14 +777,7 @@ class MemoryOutputs:
 
 def _np_tree_reduce(x: np.ndarray, op, pad: float) -> np.ndarray:
     """`_tree_reduce` in NumPy: the same pairwise halvings, each rounded on its own."""
-    n = x.shape[-1]
-    width = 1 << max(0, (n - 1).bit_length())
-    if width != n:
-        x = np.concatenate([x, np.full(x.shape[:-1] + (width - n,), pad, x.dtype)], axis=-1)
-    while x.shape[-1] > 1:
-        half = x.shape[-1] // 2
-        x = op(x[..., :half], x[..., half:])
-    return x[..., 0]
+    return _tree_reduce(x, op, pad, xp=np)
 
 
 def _np_seed_stats(values: np.ndarray, alive: np.ndarray, exact_ties: bool) -> tuple:

@@ -202,18 +202,24 @@ def test_in_memory_logs_refused_without_a_directory(monkeypatch):
 
 # ------------------------------------------------------------------ out of memory at run time
 
-def test_injected_oom_keeps_finished_chunks_and_resumes(tmp_path, reference, monkeypatch):
-    spec, ref = reference
-    out = str(tmp_path / "run")
+def _fail_call(monkeypatch, n: int):
+    """Makes the n-th compiled call raise XLA's out-of-memory error; returns the real caller."""
     real, calls = sweep._execute, {"n": 0}
 
     def failing(exe, *args):
         calls["n"] += 1
-        if calls["n"] == 2:
+        if calls["n"] == n:
             raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 7800001608 bytes")
         return real(exe, *args)
 
     monkeypatch.setattr(sweep, "_execute", failing)
+    return real
+
+
+def test_injected_oom_keeps_finished_chunks_and_resumes(tmp_path, reference, monkeypatch):
+    spec, ref = reference
+    out = str(tmp_path / "run")
+    real = _fail_call(monkeypatch, 2)
     with pytest.raises(memory.OutOfMemory) as e:
         runner.run_to_dir(spec, out, chunk_size=1, devices=jax.devices()[:1], progress=False)
     msg = str(e.value)
@@ -227,15 +233,7 @@ def test_injected_oom_keeps_finished_chunks_and_resumes(tmp_path, reference, mon
 def test_injected_oom_inside_a_segment_keeps_the_finished_segments(tmp_path, reference, monkeypatch):
     spec, ref = reference
     out = str(tmp_path / "run")
-    real, calls = sweep._execute, {"n": 0}
-
-    def failing(exe, *args):
-        calls["n"] += 1
-        if calls["n"] == 5:  # start, then three segments of the first seed chunk pair... then fail
-            raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory")
-        return real(exe, *args)
-
-    monkeypatch.setattr(sweep, "_execute", failing)
+    real = _fail_call(monkeypatch, 5)  # two starts, a segment of both seed chunks, then the next fails
     with pytest.raises(memory.OutOfMemory):
         runner.run_to_dir(spec, out, devices=jax.devices()[:1], progress=False, seed_chunk=4,
                           segment_blocks=3)
