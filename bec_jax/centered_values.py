@@ -148,6 +148,11 @@ def _check(fn: str, ranks: dict, types: dict | None = None, same_shape=()) -> No
                     f"`{first_name}` has shape {tuple(jnp.shape(first))}") from None
 
 
+def _lambda(lambda_, dtype) -> jax.Array:
+    """lambda_ as an array: a Python number in the rewards' dtype, an array as given."""
+    return jnp.asarray(lambda_, dtype) if isinstance(lambda_, (int, float)) else jnp.asarray(lambda_)
+
+
 def _omega(fn: str, omega, dtype) -> jax.Array:
     omega = jnp.asarray(omega)
     _check(fn, {"omega": (omega, 0)})
@@ -241,8 +246,7 @@ def centered_lambda_returns(r_t, discount_t, v_t, omega, lambda_=1.0,
     """
     fn = "centered_lambda_returns"
     r_t, discount_t, v_t = (jnp.asarray(x) for x in (r_t, discount_t, v_t))
-    lambda_ = jnp.asarray(lambda_, r_t.dtype) if isinstance(lambda_, (int, float)) \
-        else jnp.asarray(lambda_)
+    lambda_ = _lambda(lambda_, r_t.dtype)
     _check(fn, {"r_t": (r_t, 1), "discount_t": (discount_t, 1), "v_t": (v_t, 1),
                 "lambda_": (lambda_, {0, 1})},
            {"r_t": (r_t, float), "discount_t": (discount_t, float), "v_t": (v_t, float),
@@ -297,8 +301,7 @@ def centered_truncated_generalized_advantage_estimation(
     """
     fn = "centered_truncated_generalized_advantage_estimation"
     r_t, discount_t, values = (jnp.asarray(x) for x in (r_t, discount_t, values))
-    lambda_ = jnp.asarray(lambda_, r_t.dtype) if isinstance(lambda_, (int, float)) \
-        else jnp.asarray(lambda_)
+    lambda_ = _lambda(lambda_, r_t.dtype)
     _check(fn, {"r_t": (r_t, 1), "discount_t": (discount_t, 1), "values": (values, 1),
                 "lambda_": (lambda_, {0, 1})},
            {"r_t": (r_t, float), "discount_t": (discount_t, float),
@@ -351,8 +354,7 @@ def centered_vtrace_td_error_and_advantage(
     fn = "centered_vtrace_td_error_and_advantage"
     v_tm1, v_t, r_t, discount_t, rho_tm1 = (
         jnp.asarray(x) for x in (v_tm1, v_t, r_t, discount_t, rho_tm1))
-    lambda_ = jnp.asarray(lambda_, r_t.dtype) if isinstance(lambda_, (int, float)) \
-        else jnp.asarray(lambda_)
+    lambda_ = _lambda(lambda_, r_t.dtype)
     if sample_mask is None:
         sample_mask = jnp.ones_like(rho_tm1, dtype=bool)
     sample_mask = jnp.asarray(sample_mask)

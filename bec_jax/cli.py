@@ -347,16 +347,22 @@ def _run_into_dir(spec, args, command: str):
     return result
 
 
-def cmd_run(args) -> int:
-    from bec_jax import runner
-    if args.resume and not args.config and not _given(args):
+def _spec_or_resume(args, given: bool, build):
+    """The spec `build(args)` makes, or None for `--resume` with nothing but --out
+    (the interrupted run's spec is used); --out is required either way."""
+    if args.resume and not args.config and not given:
         if not args.out:
             raise UsageError("out: required (--out DIR)")
-        spec = None
-    else:
-        spec = spec_from_args(args)
+        return None
+    spec = build(args)
     if not args.out:
         raise UsageError("out: required (--out DIR, or `out = \"DIR\"` in the config file)")
+    return spec
+
+
+def cmd_run(args) -> int:
+    from bec_jax import runner
+    spec = _spec_or_resume(args, _given(args), spec_from_args)
     if args.chunks is not None and args.confirm_seeds:
         raise UsageError("confirm_seeds: a part computes chunks only; confirm when assembling (--resume)")
     result = _run_into_dir(spec, args, "run")
@@ -417,14 +423,7 @@ def control_spec_from_args(args):
 
 
 def cmd_control(args) -> int:
-    if args.resume and not args.config and not args.task and not args.algorithm:
-        if not args.out:
-            raise UsageError("out: required (--out DIR)")
-        spec = None
-    else:
-        spec = control_spec_from_args(args)
-    if not args.out:
-        raise UsageError("out: required (--out DIR, or `out = \"DIR\"` in the config file)")
+    spec = _spec_or_resume(args, bool(args.task or args.algorithm), control_spec_from_args)
     result = _run_into_dir(spec, args, "control")
     if isinstance(result, int):
         return result

@@ -150,14 +150,10 @@ def sizes(spec) -> Sizes:
     item = jnp.dtype(spec.dtype).itemsize
     k = spec.mdp().num_features
     shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((k,), jnp.dtype(spec.dtype)))
-    counter = spec.algorithm_def.counter
-
-    def leaf_bytes(path, leaf):  # the update counter is one copy for every run
-        last = path[-1] if path else None
-        name = getattr(last, "name", None) or getattr(last, "key", None)
-        return 0 if name == counter else int(np.prod(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
-
-    state = sum(jax.tree_util.tree_leaves(jax.tree_util.tree_map_with_path(leaf_bytes, shapes)))
+    from bec_jax.sweep import _state_axes  # the update counter (axis None) is one copy for every run
+    axes = jax.tree_util.tree_leaves(_state_axes(shapes, spec.algorithm_def.counter), is_leaf=lambda a: a is None)
+    state = sum(int(np.prod(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
+                for leaf, ax in zip(jax.tree_util.tree_leaves(shapes), axes) if ax is not None)
     M = len(spec.metrics)
     nu = sampling.NUM_UNIFORMS[spec.sampler]
     return Sizes(item=item, metrics=M, state=state,
