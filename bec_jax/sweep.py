@@ -246,12 +246,18 @@ def _tree_reduce(x: jax.Array, op, pad: float, xp=jnp) -> jax.Array:
     return x[..., 0]
 
 
-def _tree_sum(x: jax.Array) -> jax.Array:
-    """Sum over the last axis by pairwise halving (see `_tree_reduce`)."""
-    return _tree_reduce(x, jnp.add, 0.0)
+def _divide(a, b, xp=jnp):
+    """a / b, one correctly rounded division in the program as on the host.
+
+    The divisor passes through a select on the numerator's own values, so XLA
+    never sees a division by a broadcast, a constant or a product it could split:
+    it would turn the first two into a multiplication by a reciprocal, and
+    (a / b) / c into a / (b * c), which round differently. NaN in `a` stays NaN,
+    as it would anyway."""
+    return a / xp.where(xp.isnan(a), xp.nan, b)
 
 
-def _seed_stats(values: jax.Array, alive: jax.Array, exact_ties: bool = False):
+def _seed_stats(values, alive, exact_ties: bool = False, xp=jnp):
     """Mean, std (ddof=0) and sem (ddof=1) over the seed axis (last) among alive runs.
 
     values: (M, G, N); alive: (G, N). Returns three (M, G) arrays, NaN where no run
@@ -261,19 +267,26 @@ def _seed_stats(values: jax.Array, alive: jax.Array, exact_ties: bool = False):
     same value gets that value as its mean and exactly 0 as its spread, whatever
     the rounding of the sum; it costs two more reductions, so the log steps inside
     the scan do without it.
+
+    The host takes a seed-chunked run's statistics with this same function
+    (`xp=np`) from the per-seed values, bit for bit as the program does: each
+    operation is rounded on its own, in an order fixed by the seed count alone
+    (`_tree_reduce`); a square reaches the sum through a select, so no fused
+    multiply-add can form; and every division goes through `_divide`.
     """
-    alive = jnp.broadcast_to(alive[None], values.shape)
+    alive = xp.broadcast_to(alive[None], values.shape)
+    zero = values.dtype.type(0)
     n = alive.sum(axis=-1).astype(values.dtype)  # (M, G); integer counts are exact
-    mean = _tree_sum(jnp.where(alive, values, 0.0)) / n
+    mean = _divide(_tree_reduce(xp.where(alive, values, zero), xp.add, 0.0, xp), n, xp)
     if exact_ties:
-        lo = _tree_reduce(jnp.where(alive, values, jnp.inf), jnp.minimum, jnp.inf)
-        hi = _tree_reduce(jnp.where(alive, values, -jnp.inf), jnp.maximum, -jnp.inf)
-        mean = jnp.where(lo == hi, lo, mean)
-    dev = jnp.where(alive, values - mean[..., None], 0.0)
-    ss = _tree_sum(dev * dev)
-    std = jnp.sqrt(ss / n)
-    sem = jnp.where(n > 1, jnp.sqrt(ss / jnp.maximum(n - 1, 1) / n), 0.0)
-    return mean, std, sem
+        lo = _tree_reduce(xp.where(alive, values, xp.inf), xp.minimum, xp.inf, xp)
+        hi = _tree_reduce(xp.where(alive, values, -xp.inf), xp.maximum, -xp.inf, xp)
+        mean = xp.where(lo == hi, lo, mean)
+    dev = xp.where(alive, values - mean[..., None], zero)
+    ss = _tree_reduce(xp.where(alive, dev * dev, zero), xp.add, 0.0, xp)
+    std = xp.sqrt(_divide(ss, n, xp))
+    sem = xp.where(n > 1, xp.sqrt(_divide(ss, xp.maximum(n - 1, 1) * n, xp)), zero)
+    return mean.astype(values.dtype), std.astype(values.dtype), sem.astype(values.dtype)
 
 
 @dataclass
@@ -775,32 +788,10 @@ class MemoryOutputs:
         """Keeps chunk `index`'s carried states (host arrays) after `next_block` blocks."""
 
 
-def _np_tree_reduce(x: np.ndarray, op, pad: float) -> np.ndarray:
-    """`_tree_reduce` in NumPy: the same pairwise halvings, each rounded on its own."""
-    return _tree_reduce(x, op, pad, xp=np)
-
-
-def _np_seed_stats(values: np.ndarray, alive: np.ndarray, exact_ties: bool) -> tuple:
-    """`_seed_stats` in NumPy, for the statistics of a seed-chunked run, taken on
-    the host from every seed chunk's per-seed values: the same pairwise sums in the
-    same order, each operation rounded on its own. Inside the sweep program XLA may
-    fuse a multiply and an add, or divide by multiplying with a reciprocal, so the
-    numbers agree with a single call's to a few units in the last place (tested),
-    and bit for bit between any two seed chunkings."""
-    dt = values.dtype
-    alive = np.broadcast_to(alive[None], values.shape)
-    n = alive.sum(axis=-1).astype(dt)
+def _host_seed_stats(values: np.ndarray, alive: np.ndarray, exact_ties: bool) -> tuple:
+    """`_seed_stats` on the host, for a seed-chunked run (see there)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = _np_tree_reduce(np.where(alive, values, dt.type(0)), np.add, 0.0) / n
-        if exact_ties:
-            lo = _np_tree_reduce(np.where(alive, values, dt.type(np.inf)), np.minimum, np.inf)
-            hi = _np_tree_reduce(np.where(alive, values, dt.type(-np.inf)), np.maximum, -np.inf)
-            mean = np.where(lo == hi, lo, mean)
-        dev = np.where(alive, values - mean[..., None], dt.type(0))
-        ss = _np_tree_reduce(dev * dev, np.add, 0.0)
-        std = np.sqrt(ss / n)
-        sem = np.where(n > 1, np.sqrt(ss / np.maximum(n - 1, dt.type(1)) / n), dt.type(0))
-    return mean.astype(dt), std.astype(dt), sem.astype(dt)
+        return _seed_stats(values, alive, exact_ties, xp=np)
 
 
 def _combine_seeds(reports: list, N: int, exact_ties: bool) -> tuple:
@@ -812,7 +803,7 @@ def _combine_seeds(reports: list, N: int, exact_ties: bool) -> tuple:
     for t in range(n):
         vals = np.concatenate([np.asarray(r[0][t]) for r in reports], axis=-1)[..., :N]
         alive = np.concatenate([np.asarray(r[1][t]) for r in reports], axis=-1)[..., :N]
-        for lst, x in zip(out, (*_np_seed_stats(vals, alive, exact_ties), alive.sum(-1).astype(np.int32))):
+        for lst, x in zip(out, (*_host_seed_stats(vals, alive, exact_ties), alive.sum(-1).astype(np.int32))):
             lst.append(x)
     return tuple(np.stack(x) for x in out)
 
