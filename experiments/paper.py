@@ -70,16 +70,18 @@ def spec_for(env: str, algorithm: str, quick: bool = False) -> SweepSpec:
                      hyperparameters={n: g[n] for n in uses})
 
 
+def _log_sweep(env: str, alg: str, r: SweepResult, log=print) -> None:
+    m = r.meta
+    log(f"  {env:12s} {alg:5s} {r.num_points:4d} points x {r.spec.seeds} seeds x {r.spec.steps} steps: "
+        f"compile {m['compile_time_s']:.2f} s, run {m['run_time_s']:.2f} s")
+
+
 def run_env(env: str, quick: bool = False, log=print) -> dict[str, SweepResult]:
     """Runs the four sweeps of one environment; returns results[algorithm]."""
     out: dict[str, SweepResult] = {}
     for alg in ALGORITHMS:
-        spec = spec_for(env, alg, quick)
-        r = sweep.run(spec)
-        m = r.meta
-        log(f"  {env:12s} {alg:5s} {r.num_points:4d} points x {spec.seeds} seeds x {spec.steps} steps: "
-            f"compile {m['compile_time_s']:.2f} s, run {m['run_time_s']:.2f} s")
-        out[alg] = r
+        out[alg] = sweep.run(spec_for(env, alg, quick))
+        _log_sweep(env, alg, out[alg], log)
     return out
 
 
@@ -124,25 +126,32 @@ def _max_finite_diff(a: np.ndarray, b: np.ndarray) -> float:
 # SRC and VRC (the reward-centering methods the paper revisits) on the two
 # counterexamples, over CTD's grid (alpha x beta).
 REWARD_CENTERING = ("src", "vrc")
+REWARD_ENVS = ("two_state", "baird")
 
 
-def reward_centering(quick: bool = False, log=print) -> dict:
+def reward_specs(quick: bool = False) -> list[SweepSpec]:
+    """The sweeps `reward_centering` compares: per counterexample VRC, CTD, SRC, TD
+    (CTD and TD are the main sweeps' specs, so their programs are reused)."""
+    specs = []
+    for env in REWARD_ENVS:
+        ctd_spec = spec_for(env, "ctd", quick)
+        specs += [ctd_spec.replace(algorithm="vrc"), ctd_spec, ctd_spec.replace(algorithm="src"),
+                  spec_for(env, "td", quick)]
+    return specs
+
+
+def reward_centering(quick: bool = False, log=print, runs: list | None = None) -> dict:
     """VRC against CTD (the paper: VRC is CTD) and SRC against TD on the two
     off-policy counterexamples, over CTD's step-size grid: whether the runs are
     identical, and how SRC fares. Both counterexamples have zero rewards, so
     SRC's average-reward estimate (without rho: the behaviour's reward) stays 0
-    and SRC is TD there; its off-policy bias shows where rewards are not zero."""
+    and SRC is TD there; its off-policy bias shows where rewards are not zero.
+    `runs`: the results of `reward_specs(quick)` when the caller ran them."""
+    if runs is None:
+        with ThreadPoolExecutor(max_workers=2) as pool:  # XLA compiles outside the GIL: two at a time
+            runs = list(pool.map(lambda sp: sweep.run(sp, progress=False), reward_specs(quick)))
     out = {}
-    envs_ = ("two_state", "baird")
-    specs = []
-    for env in envs_:
-        ctd_spec = spec_for(env, "ctd", quick)
-        specs += [ctd_spec.replace(algorithm="vrc"), ctd_spec, ctd_spec.replace(algorithm="src"),
-                  spec_for(env, "td", quick)]
-    # Two at a time: XLA compiles outside the GIL (CTD and TD reuse this process's programs).
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = list(pool.map(lambda sp: sweep.run(sp, progress=False), specs))
-    for n, env in enumerate(envs_):
+    for n, env in enumerate(REWARD_ENVS):
         vrc, ctd, src, td = runs[4 * n: 4 * n + 4]
         # SRC at (alpha, beta) against TD at alpha.
         td_idx = [int(np.flatnonzero(np.isclose(td.grid["alpha"], a))[0]) for a in src.grid["alpha"]]
@@ -167,11 +176,8 @@ def reward_centering(quick: bool = False, log=print) -> dict:
 TIMESCALE = {"alpha": 0.01, "zeta": 0.05, "beta": 0.2, "t0": 1000.0, "steps": 50_000, "seeds": 10}
 
 
-def timescale_runs(quick: bool = False, log=print) -> dict:
-    """CTD and CTDC on the three tasks as the theorems assume them: i.i.d.
-    samples and Robbins-Monro schedules in the timescale order. What each
-    converges to: the final distance to the centered TD fixpoint set and RMSPCBE,
-    with their value at step 0."""
+def timescale_jobs(quick: bool = False) -> list[tuple[str, str, SweepSpec]]:
+    """(env, algorithm, spec) of the runs `timescale_runs` summarises."""
     from bec_jax.spec import ScheduleSpec
     t = TIMESCALE
     steps = 5_000 if quick else t["steps"]
@@ -185,20 +191,32 @@ def timescale_runs(quick: bool = False, log=print) -> dict:
                                              seeds=3 if quick else t["seeds"], steps=steps, log_every=steps // 50,
                                              sampler="iid", metrics=METRICS,
                                              schedule=ScheduleSpec("robbins_monro", t0=t["t0"]))))
-    with ThreadPoolExecutor(max_workers=2) as pool:  # compiles two at a time
-        runs = list(pool.map(lambda job: sweep.run(job[2], progress=False), jobs))
+    return jobs
+
+
+def timescale_runs(quick: bool = False, log=print, runs: list | None = None) -> dict:
+    """CTD and CTDC on the three tasks as the theorems assume them: i.i.d.
+    samples and Robbins-Monro schedules in the timescale order. What each
+    converges to: the final distance to the centered TD fixpoint set and RMSPCBE,
+    with their value at step 0. `runs`: the results of `timescale_jobs(quick)`'s
+    specs when the caller ran them."""
+    jobs = timescale_jobs(quick)
+    if runs is None:
+        with ThreadPoolExecutor(max_workers=2) as pool:  # compiles two at a time
+            runs = list(pool.map(lambda job: sweep.run(job[2], progress=False), jobs))
     out = {env: {} for env in PAPER}
     for (env, alg, spec), r in zip(jobs, runs):
         m = {name: i for i, name in enumerate(r.metrics)}
         out[env][alg] = {
-            "steps": steps, "seeds": spec.seeds,
+            "steps": spec.steps, "seeds": spec.seeds,
             "initial_distance": float(r.mean[m["fixpoint_distance"], 0, 0]),
             "final_distance": float(r.mean[m["fixpoint_distance"], 0, -1]),
             "final_rmspcbe": float(r.mean[m["rmspcbe"], 0, -1]),
             "final_rmscbe": float(r.mean[m["rmscbe"], 0, -1]),
             "diverged_fraction": float(r.diverged_fraction[0]),
             "compile_time_s": r.meta["compile_time_s"], "run_time_s": r.meta["run_time_s"]}
-    log(f"  ctd, ctdc with Robbins-Monro schedules and i.i.d. samples, {steps} steps, on {', '.join(PAPER)}")
+    log(f"  ctd, ctdc with Robbins-Monro schedules and i.i.d. samples, {jobs[0][2].steps} steps, "
+        f"on {', '.join(PAPER)}")
     return out
 
 
@@ -332,6 +350,14 @@ def rho_figure():
 def save_figure(fig, out_dir: str, name: str) -> None:
     """Writes `name`.png and `name`.pdf (each atomically)."""
     plotting.save_figure(fig, out_dir, name)
+
+
+def render_figure(name: str, out_dir: str, *args) -> str:
+    """Draws and saves one of the report's figures (in a worker process):
+    figure1* (results, metric), ctd_stability (facts, results), ctdc_rho ()."""
+    make = {"ctd_stability": stability_figure, "ctdc_rho": rho_figure}.get(name, figure1)
+    save_figure(make(*args), out_dir, name)
+    return name
 
 
 def render_sensitivity(env: str, results: dict[str, SweepResult], out_dir: str) -> str:
@@ -684,8 +710,8 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=N
     if quick:
         s.append("> **--quick run**: few seeds, short runs and small grids. A smoke test, not evidence.\n")
     s.append(f"Run on {timing['device']} with JAX {jax.__version__}: {timing['total_s']:.1f} s in all "
-             f"({timing['compile_s']:.1f} s compiling, {timing['run_s']:.1f} s running the sweeps, the rest "
-             "analysis and figures). Error: RMSCBE from the model in closed form; each algorithm's step sizes "
+             f"(compiling {timing['compile_s']:.1f} s and running {timing['run_s']:.1f} s, summed over the sweeps, "
+             "two of which compile or run at a time; the rest analysis and figures). Error: RMSCBE from the model in closed form; each algorithm's step sizes "
              "chosen by the lowest area under its mean curve among settings with no diverged seed, then run again "
              f"on fresh seeds (base seed {CONFIRM_SEED}) for the intervals.\n")
     s.append("## Claims\n")
@@ -752,36 +778,49 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
     write_json(os.path.join(out_dir, "meta.json"), {"kind": KIND, "complete": False, "quick": quick})
     log(f"bec-jax reproduce{' --quick' if quick else ''}: {jax.devices()[0].platform} "
         f"x{len(jax.devices())}, writing to {out_dir}")
-    # Matplotlib is slow and single-threaded; a spawned worker draws each
-    # environment's sensitivity figure while the next environment compiles.
-    # (spawn, not fork: forking a process that has started JAX is unsafe.)
+    # Every sweep that does not depend on another is submitted at once to two
+    # threads: XLA compiles outside the GIL, so two programs compile at a time on
+    # two cores (the main sweeps first, as the rest waits on them). Matplotlib is
+    # slow and single-threaded; a spawned worker draws the figures while the
+    # sweeps compile (spawn, not fork: forking a process that has started JAX is
+    # unsafe).
     results: dict[str, dict[str, SweepResult]] = {}
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ThreadPoolExecutor(max_workers=2) as threads, \
+            ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        def submit(spec):
+            return threads.submit(sweep.run, spec, progress=False)
+
+        main = {(env, alg): submit(spec_for(env, alg, quick)) for env in PAPER for alg in ALGORITHMS}
+        reward_f = [submit(sp) for sp in reward_specs(quick)]
+        ts_f = [submit(job[2]) for job in timescale_jobs(quick)]
         pending = []
         for env in PAPER:
-            results[env] = run_env(env, quick, log)
-            for alg, r in results[env].items():
+            results[env] = {}
+            for alg in ALGORITHMS:
+                r = results[env][alg] = main[env, alg].result()
+                _log_sweep(env, alg, r, log)
                 r.save(os.path.join(out_dir, "sweeps", env, alg))
             pending.append(pool.submit(render_sensitivity, env, results[env], out_dir))
+        pending += [pool.submit(render_figure, name, out_dir, results, metric)
+                    for name, metric in (("figure1", None), ("figure1_rmspcbe", "rmspcbe"),
+                                         ("figure1_fixpoint_distance", "fixpoint_distance"))]
+        long_f = threads.submit(long_run_check, results, quick)
         rows = table_rows(results)
         lemma = lemma_check()
         facts = theory.all_facts()
+        pending.append(pool.submit(render_figure, "ctd_stability", out_dir, facts, results))
+        pending.append(pool.submit(render_figure, "ctdc_rho", out_dir))
         conf = confirm_all(results, log)
-        reward = reward_centering(quick, log)
-        ts = timescale_runs(quick, log)
+        reward = reward_centering(quick, log, runs=[f.result() for f in reward_f])
+        ts = timescale_runs(quick, log, runs=[f.result() for f in ts_f])
         for row in rows:
             c = conf[row["env"]][row["algorithm"]]["fresh"]
             row.update({"fresh_final_mean": c["final_mean"], "fresh_final_ci_low": c["final_ci"][0],
                         "fresh_final_ci_high": c["final_ci"][1], "fresh_auc": c["auc"],
                         "fresh_auc_ci_low": c["auc_ci"][0], "fresh_auc_ci_high": c["auc_ci"][1]})
-        save_figure(stability_figure(facts, results), out_dir, "ctd_stability")
-        save_figure(rho_figure(), out_dir, "ctdc_rho")
-        long_run = long_run_check(results, quick)
+        long_run = long_f.result()
         log(f"  long run: two_state ctdc {long_run['steps']} steps, compile {long_run['compile_time_s']:.2f} s, "
             f"run {long_run['run_time_s']:.2f} s")
-        save_figure(figure1(results), out_dir, "figure1")
-        save_figure(figure1(results, "rmspcbe"), out_dir, "figure1_rmspcbe")
-        save_figure(figure1(results, "fixpoint_distance"), out_dir, "figure1_fixpoint_distance")
         for f in pending:
             f.result()
 
@@ -806,6 +845,7 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
             "specs": {env: {alg: r.spec.to_dict() for alg, r in by.items()} for env, by in results.items()}}
     write_json(os.path.join(out_dir, "meta.json"), meta)  # non-finite numbers as null
     log(table_markdown(rows))
-    log(f"done in {timing['total_s']:.1f} s (compile {timing['compile_s']:.1f} s, run {timing['run_s']:.1f} s); "
+    log(f"done in {timing['total_s']:.1f} s (summed over the sweeps, two at a time: compile {timing['compile_s']:.1f} s, "
+        f"run {timing['run_s']:.1f} s); "
         f"see {out_dir}/report.md")
     return meta
