@@ -148,3 +148,16 @@ def test_control_speed_script_smoke(tmp_path):
     # The same runs both ways: 4 algorithms x 2 seeds, every episode logged.
     assert b["runs"] == 8 and b["steps"] > 4 * 2 * 30 and n["steps"] > 4 * 2 * 30
     assert b["wall_s"] > 0 and n["wall_s"] > 0 and "target < 30 s" in proc.stdout
+
+
+def test_roofline_script_smoke(tmp_path):
+    out = _run(["-m", "benchmarks.roofline"], tmp_path)
+    d = json.loads((tmp_path / "roofline_smoke.json").read_text())
+    _machine_ok(d)
+    _positive(d, "bare_updates_per_s", "peak_flops", "peak_bytes_per_s", "roofline_updates_per_s")
+    # XLA's count for one CTDC update with 4 features: at least the state's
+    # theta, u (4 floats each) and omega read and written once (72 B), and at least
+    # the hand count of the update's arithmetic (about 60 flops: two dot products
+    # for the TD error, one for phi.u, the three parameter updates).
+    assert 72 <= d["bytes_per_update"] <= 1000 and 60 <= d["flops_per_update"] <= 300
+    assert "bandwidth ceiling" in out and "roofline bound" in out
