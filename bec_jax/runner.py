@@ -60,6 +60,14 @@ def check_out_dir(out, overwrite: bool, allow: Callable[[str], bool] | None = No
                        "directory or pass --overwrite")
 
 
+_PROBE = ".bec-jax-write-test-"  # a part's brief write probe (see prepare_out_dir)
+
+
+def _entries(out: str) -> list[str]:
+    """What `out` holds, less other parts' write probes of this very moment."""
+    return [e for e in os.listdir(out) if not e.startswith(_PROBE)]
+
+
 def prepare_out_dir(out: str, overwrite: bool, allow: Callable[[str], bool] | None = None) -> None:
     """Refuses an existing non-empty directory (unless `overwrite`, or `allow(out)`)
     and one that cannot be written, before any work starts; creates it."""
@@ -67,7 +75,7 @@ def prepare_out_dir(out: str, overwrite: bool, allow: Callable[[str], bool] | No
     try:
         os.makedirs(out, exist_ok=True)
         # Per process: --chunks parts may probe the same directory at once.
-        probe = os.path.join(out, f".bec-jax-write-test-{os.getpid()}")
+        probe = os.path.join(out, f"{_PROBE}{os.getpid()}")
         with open(probe, "w") as f:
             f.write("")
         os.unlink(probe)
@@ -545,7 +553,7 @@ def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> di
     sweep = engine(spec)
     if store.exists():
         store.check(spec)
-    elif os.path.isdir(out) and os.listdir(out) and not os.path.isdir(store.dir):
+    elif os.path.isdir(out) and _entries(out) and not os.path.isdir(store.dir):
         raise RunError(f"out: {out!r} is not empty and holds no chunk store of this sweep")
     prepare_out_dir(out, True)
     manifest = store.ensure(spec, sweep.plan_chunk(spec, chunk_size, len(devices)), len(devices),

@@ -829,3 +829,21 @@ def test_generic_expected_update_equals_hand_derived_on_random_mdps(model, alg_n
     assert G.shape == G0.shape
     np.testing.assert_allclose(G, G0, rtol=1e-9, atol=1e-11 * (1 + np.abs(G0).max()))
     np.testing.assert_allclose(g, g0, rtol=1e-9, atol=1e-11 * (1 + np.abs(g0).max()))
+
+
+def test_a_part_is_not_refused_for_another_parts_write_probe(tmp_path):
+    """Two `--chunks` parts start at once: one may see the other's brief write
+    probe in the shared directory before the chunk store exists (a race CI hit)."""
+    from bec_jax import runner
+    from bec_jax.spec import SweepSpec
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".bec-jax-write-test-99999").write_text("")
+    spec = SweepSpec(env="two_state", algorithm="td", alpha=(0.1, 0.2), seeds=2, steps=20, log_every=10)
+    r = runner.run_to_dir(spec, str(out), part=(1, 2), chunk_size=1, devices=jax.devices()[:1], progress=False)
+    assert r["part"] == "1/2" and r["chunks_done"] == 1
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("")  # anything else makes the directory someone else's
+    with pytest.raises(runner.RunError, match="holds no chunk store"):
+        runner.run_to_dir(spec, str(other), part=(1, 2), chunk_size=1, devices=jax.devices()[:1], progress=False)
