@@ -224,3 +224,35 @@ def test_programs_are_reused_in_process_only_where_they_are_the_same():
     np.testing.assert_array_equal(fresh.final, b.final)
     other = sweep.run(spec.replace(steps=80), progress=False)
     assert other.meta["compiled_programs"] == 1
+
+
+@pytest.mark.parametrize("spec", [
+    SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.05, 2.0), beta=(0.1,), zeta=(0.5,), seeds=5, steps=60,
+              log_every=10, divergence_bound=10.0),
+    SweepSpec(env="baird", algorithm="tdc", alpha=(0.01,), zeta=(0.1, 0.5), metrics=("rmspbe", "rmsve"), seeds=4,
+              steps=60, log_every=20),
+    SweepSpec(env="random_walk", algorithm="td", alpha=(0.1,), env_params={"features": ["dependent"]}, seeds=6,
+              steps=40, log_every=10),
+], ids=["boyan-ctdc", "baird-tdc", "walk-dependent-td"])
+def test_light_and_full_compiles_give_the_same_bits(spec):
+    """The compile options change the compile time, never a result: a one-model
+    program gives the same bits with XLA:CPU's loop emitters (the default for short
+    sweeps) as with its fusion emitters (the default for long ones)."""
+    dev = jax.devices()[:1]
+    light = sweep.run(spec, progress=False, devices=dev, compiler_options=sweep.CPU_LIGHT_OPTIONS)
+    full = sweep.run(spec, progress=False, devices=dev, compiler_options=sweep.CPU_COMPILER_OPTIONS)
+    for k in ("mean", "std", "sem", "alive", "final", "auc_seed", "diverged_step"):
+        np.testing.assert_array_equal(getattr(light, k), getattr(full, k), err_msg=k)
+
+
+def test_default_compiler_options():
+    small = SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), seeds=2, steps=10, log_every=10)
+    assert sweep.default_compiler_options(small, "cpu") == sweep.CPU_LIGHT_OPTIONS
+    assert sweep.default_compiler_options(small, "gpu") == {}
+    big = small.replace(seeds=10**6, steps=1000)  # 10^9 updates: run time outweighs compile time
+    assert sweep.default_compiler_options(big, "cpu") == sweep.CPU_COMPILER_OPTIONS
+    multi = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1,), env_params={"gamma": [0.5, 0.9]}, seeds=2,
+                      steps=10, log_every=10)
+    (group,) = sweep.plan_groups(multi)
+    assert len(group.models) == 2
+    assert sweep.default_compiler_options(multi, "cpu", group) == sweep.CPU_COMPILER_OPTIONS
