@@ -490,8 +490,14 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
             # and flagged with the block's last step.
             alive = dstep < 0
             keep = alive & _run_ok(new, bound, check_axes)
-            states = jax.tree_util.tree_map(
-                lambda n, o, ax: n if ax is None else jnp.where(_bcast(keep, n), n, o), new, states, axes)
+            # Reverting is a pass over the state, needed only where some run is not
+            # kept (diverged now or before: a diverged run stays frozen); in most
+            # sweeps most blocks have none.
+            states = jax.lax.cond(
+                jnp.any(~keep),
+                lambda: jax.tree_util.tree_map(
+                    lambda n, o, ax: n if ax is None else jnp.where(_bcast(keep, n), n, o), new, states, axes),
+                lambda: new)
             dstep = jnp.where(alive & ~keep, (j + 1) * K, dstep)
             if on_block is not None:
                 jax.lax.cond((j + 1) % report_every == 0, lambda: jax.debug.callback(on_block, j + 1),
