@@ -781,12 +781,12 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
     # Every sweep that does not depend on another is submitted at once to two
     # threads: XLA compiles outside the GIL, so two programs compile at a time on
     # two cores (the main sweeps first, as the rest waits on them). Matplotlib is
-    # slow and single-threaded; a spawned worker draws the figures while the
-    # sweeps compile (spawn, not fork: forking a process that has started JAX is
-    # unsafe).
+    # slow and single-threaded; two spawned workers draw the 8 figures while the
+    # sweeps compile, and split the ones left at the end (spawn, not fork: forking
+    # a process that has started JAX is unsafe).
     results: dict[str, dict[str, SweepResult]] = {}
     with ThreadPoolExecutor(max_workers=2) as threads, \
-            ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
         def submit(spec):
             return threads.submit(sweep.run, spec, progress=False)
 
