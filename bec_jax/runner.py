@@ -446,21 +446,23 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     layout, extra = {}, {}
     if isinstance(spec, SweepSpec):
         # The memory plan, before anything is written: a run that cannot fit is
-        # refused here (memory.TooLarge, one line naming the field).
+        # refused here (memory.TooLarge, one line naming the field). The sweep
+        # runs by this very plan.
         from bec_jax import memory
         if manifest is not None:
             pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
                              chunk_size=manifest["chunk_size"], seed_chunk=manifest.get("seeds_per_call"),
-                             segment_blocks=manifest.get("blocks_per_segment"), out=out)
+                             segment_blocks=manifest.get("blocks_per_segment"), device=devices[0], out=out)
         else:
             pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
                              chunk_size=None if chunk_size is None else sweep.plan_chunk(spec, chunk_size,
                                                                                          len(devices)),
                              seed_chunk=sweep_kwargs.get("seed_chunk"),
-                             segment_blocks=sweep_kwargs.get("segment_blocks"), out=out)
-        sweep_kwargs = {k: v for k, v in sweep_kwargs.items() if k not in ("seed_chunk", "segment_blocks")}
+                             segment_blocks=sweep_kwargs.get("segment_blocks"), device=devices[0], out=out)
+        sweep_kwargs = {k: v for k, v in sweep_kwargs.items()
+                        if k not in ("seed_chunk", "segment_blocks", "memory_budget")}
         layout = {"seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks}
-        extra = {"seed_chunk": pl.seeds, "segment_blocks": pl.blocks, "out": out,
+        extra = {"memory_plan": pl, "out": out,
                  "outputs": store if writer else None,
                  "alloc": _log_alloc(out) if pl.lazy and writer else None}
     if writer:

@@ -751,6 +751,16 @@ def _check_done(done: dict, chunks: list[Chunk]) -> None:
                                  f"expected {chunks[i].n} grid points first (a different chunk size?)")
 
 
+def _placements(mesh: Mesh | None, device, by_seed: bool = False) -> tuple:
+    """Where a call's (seed, grid inputs) go: with a mesh, the seed replicated and
+    the grid split over its axis (a seed chunk's grid replicated too: its seeds
+    are split instead); without, both on `device`."""
+    if mesh is None:
+        return device, device
+    return (NamedSharding(mesh, PartitionSpec()),
+            NamedSharding(mesh, PartitionSpec() if by_seed else PartitionSpec(GRID_AXIS)))
+
+
 def _place(x, where):
     """`x` (a NumPy array) on `where` (a device or a sharding). With several JAX
     processes (`jax.distributed`) each process places the part of the global
@@ -1064,34 +1074,24 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                     hit = _EXECUTABLES.get(memo) if memo is not None else None
                     if hit is not None:
                         _EXECUTABLES.move_to_end(memo)
-                if hit is None and segmented:
-                    mesh = (Mesh(np.array(devices), (GRID_AXIS,)) if by_seed else _mesh(devices, size)) \
-                        if len(devices) > 1 else None
-                    placed = ((NamedSharding(mesh, PartitionSpec()),
-                               NamedSharding(mesh, PartitionSpec() if by_seed else PartitionSpec(GRID_AXIS)))
-                              if mesh is not None else (devices[0], devices[0]))
-                    seed_dev = _place(seed, placed[0])
-                    grid = {k: _place(v, placed[1]) for k, v in chunk_grid(spec, groups[c.group], c).items()}
-                    progs, made = _segment_programs(spec, groups[c.group], size, devices, seeds_per_call,
-                                                    blocks_per_segment, seed_dev, grid, opts)
-                    hit = (progs, placed)
-                    compile_time += time.perf_counter() - t
-                    n_compiled += made
-                    if memo is not None:
-                        with _EXECUTABLES_LOCK:
-                            _EXECUTABLES[memo] = hit
-                elif hit is None:
-                    program = eng.make_program(spec, groups[c.group], size, devices, on_block=bar)
-                    if program.mesh is not None:
-                        placed = (NamedSharding(program.mesh, PartitionSpec()),
-                                  NamedSharding(program.mesh, PartitionSpec(GRID_AXIS)))
+                if hit is None:
+                    if segmented:
+                        mesh = (Mesh(np.array(devices), (GRID_AXIS,)) if by_seed else _mesh(devices, size)) \
+                            if len(devices) > 1 else None
                     else:
-                        placed = (devices[0], devices[0])
+                        program = eng.make_program(spec, groups[c.group], size, devices, on_block=bar)
+                        mesh = program.mesh
+                    placed = _placements(mesh, devices[0], by_seed)
                     seed_dev = _place(seed, placed[0])
                     grid = {k: _place(v, placed[1]) for k, v in eng.chunk_grid(spec, groups[c.group], c).items()}
-                    hit = (program.fn.lower(seed_dev, grid).compile(opts or None), placed)
+                    if segmented:
+                        exe, made = _segment_programs(spec, groups[c.group], size, devices, seeds_per_call,
+                                                      blocks_per_segment, seed_dev, grid, opts)
+                    else:
+                        exe, made = program.fn.lower(seed_dev, grid).compile(opts or None), 1
+                    hit = (exe, placed)
                     compile_time += time.perf_counter() - t
-                    n_compiled += 1
+                    n_compiled += made
                     if memo is not None:
                         with _EXECUTABLES_LOCK:
                             _EXECUTABLES[memo] = hit
@@ -1220,7 +1220,8 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
         on_chunk: Callable[[int, dict], None] | None = None,
         done_chunks: dict[int, dict] | None = None, seed_chunk: int | None = None,
         segment_blocks: int | None = None, outputs=None, on_segment: Callable | None = None,
-        out: str | None = None, alloc: Callable | None = None) -> SweepResult:
+        out: str | None = None, alloc: Callable | None = None,
+        memory_plan=None) -> SweepResult:
     """Runs the sweep and returns a `SweepResult`.
 
     Args:
@@ -1251,6 +1252,10 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
         not run again. With every chunk done nothing is compiled.
       seed_chunk, segment_blocks: force seeds per call and log blocks per
         segment (default: planned from the budget).
+      memory_plan: a `memory.Plan` made for this spec and these devices (as
+        `runner.run_to_dir` makes one before it writes anything); it replaces
+        the plan, so chunk_size, memory_budget, seed_chunk and segment_blocks
+        are not consulted.
       outputs, on_segment: where a segmented run's logs go and the per-segment
         callback (see `run_chunks`; `runner.run_to_dir` passes its chunk store).
       out: the directory the result will be saved in (the plan then checks the
@@ -1267,8 +1272,9 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
     devices = list(devices) if devices is not None else jax.devices()
     if chunk_size is not None:
         chunk_size = plan_chunk(spec, chunk_size, len(devices))
-    pl = memory.plan(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
-                     seed_chunk=seed_chunk, segment_blocks=segment_blocks, device=devices[0], out=out)
+    pl = memory_plan or memory.plan(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
+                                    seed_chunk=seed_chunk, segment_blocks=segment_blocks, device=devices[0],
+                                    out=out)
     chunk = pl.grid
     groups, chunks = plan(spec, chunk)
     ran = run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
