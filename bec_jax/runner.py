@@ -216,7 +216,6 @@ class ChunkStore:
             mode = "r+" if keep and os.path.isfile(path) else "w+"
             out[name] = np.lib.format.open_memmap(path, mode=mode, dtype=dtype,
                                                   shape=None if mode == "r+" else shape)
-        self._open = out
         return out
 
     def restore(self, index: int) -> dict | None:
@@ -234,12 +233,13 @@ class ChunkStore:
         except (OSError, ValueError, KeyError):
             return None  # unreadable: the chunk starts over
 
-    def checkpoint(self, index: int, next_block: int, carries: list) -> None:
+    def checkpoint(self, index: int, next_block: int, carries: list, logs: dict) -> None:
         """Keeps chunk `index`'s carried states after `next_block` log blocks,
-        once its log files up to there are on disk."""
+        once its log files (`logs`, from `arrays`) up to there are on disk."""
         import jax
-        for arr in getattr(self, "_open", {}).values():
-            arr.flush()
+        for arr in logs.values():
+            if isinstance(arr, np.memmap):
+                arr.flush()
         flat = [jax.tree_util.tree_leaves(c) for c in carries]
         arrays = {f"c{s}_{k}": np.asarray(x) for s, leaves in enumerate(flat) for k, x in enumerate(leaves)}
         arrays.update(next_block=np.int64(next_block), num_carries=np.int64(len(flat)),

@@ -825,8 +825,9 @@ class MemoryOutputs:
         """The checkpoint of chunk `index` ({"next_block", "carries"}), if any."""
         return None
 
-    def checkpoint(self, index: int, next_block: int, carries: list) -> None:
-        """Keeps chunk `index`'s carried states (host arrays) after `next_block` blocks."""
+    def checkpoint(self, index: int, next_block: int, carries: list, logs: dict) -> None:
+        """Keeps chunk `index`'s carried states (host arrays) after `next_block`
+        blocks, with `logs` (what `arrays` gave) written up to there."""
 
 
 def _host_seed_stats(values: np.ndarray, alive: np.ndarray, exact_ties: bool) -> tuple:
@@ -906,7 +907,7 @@ def _run_segmented(spec, progs: dict, c: Chunk, seed_dev, grid, index: int, outp
     done = {"j": j}
 
     def save():
-        outputs.checkpoint(index, done["j"], [jax.device_get(x) for x in carries])
+        outputs.checkpoint(index, done["j"], [jax.device_get(x) for x in carries], arrays)
 
     try:
         while done["j"] < L:
