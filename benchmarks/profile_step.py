@@ -27,6 +27,11 @@ from benchmarks import _common
 G, N, K = 576, 50, 4
 
 
+def _options() -> dict:
+    """XLA:CPU's fusion emitters on a CPU (`sweep.CPU_COMPILER_OPTIONS`); nothing elsewhere."""
+    return sweep.CPU_COMPILER_OPTIONS if jax.devices()[0].platform == "cpu" else {}
+
+
 def bare_update_loop(name: str, steps: int):
     """A jitted scan of `steps` vmapped updates on fixed random transitions."""
     alg = algorithms.get(name)
@@ -49,7 +54,7 @@ def bare_update_loop(name: str, steps: int):
         return update(s, Transition(p, r, jnp.full_like(r, 0.9), pn, jnp.ones_like(r)), grid), None
 
     f = jax.jit(lambda s: jax.lax.scan(body, s, (phi, phi_next, reward))[0])
-    return f.lower(state).compile(sweep.CPU_COMPILER_OPTIONS), state
+    return f.lower(state).compile(_options()), state
 
 
 def main(argv=None) -> None:
@@ -87,7 +92,7 @@ def main(argv=None) -> None:
           f"{bare_rate / 1e6:.0f} M updates/s (median of {args.repeats})")
     if args.algorithm == "ctdc":  # the standard workload, on the same one device
         spec = _common.standard_spec(steps=args.steps)
-        opts = sweep.CPU_COMPILER_OPTIONS  # as the bare loop is compiled
+        opts = _options()  # as the bare loop is compiled
         sweep.run(spec, progress=False, compiler_options=opts)
         full = statistics.median(sweep.run(spec, progress=False, compiler_options=opts).meta["updates_per_s"]
                                  for _ in range(args.repeats))
