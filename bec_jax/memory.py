@@ -19,8 +19,8 @@ counts, per call:
           run assembles them)
 
 with b the dtype's bytes and M the metrics. C is calibrated against XLA's own
-buffer assignment (`Compiled.memory_analysis`) by the tests: the estimate is
-within a factor of 2 of what XLA allocates for the shapes tested.
+buffer assignment (`Compiled.memory_analysis`) by the tests: the estimate is never
+below what XLA allocates for the shapes tested, and at most 3 times it.
 
 The budget for one call: `memory_budget` if given, else the smaller of
 `DEFAULT_BUDGET` and what the device has free (`Device.memory_stats` where the

@@ -26,6 +26,7 @@ from typing import Callable
 
 import numpy as np
 
+from bec_jax import memory
 from bec_jax.results import TMP_PREFIX, SweepResult, atomic_write, write_json
 from bec_jax.spec import SweepSpec
 
@@ -448,17 +449,15 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
         # The memory plan, before anything is written: a run that cannot fit is
         # refused here (memory.TooLarge, one line naming the field). The sweep
         # runs by this very plan.
-        from bec_jax import memory
-        if manifest is not None:
-            pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
-                             chunk_size=manifest["chunk_size"], seed_chunk=manifest.get("seeds_per_call"),
-                             segment_blocks=manifest.get("blocks_per_segment"), device=devices[0], out=out)
+        if manifest is not None:  # the layout the run started with
+            forced = dict(chunk_size=manifest["chunk_size"], seed_chunk=manifest.get("seeds_per_call"),
+                          segment_blocks=manifest.get("blocks_per_segment"))
         else:
-            pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
-                             chunk_size=None if chunk_size is None else sweep.plan_chunk(spec, chunk_size,
-                                                                                         len(devices)),
-                             seed_chunk=sweep_kwargs.get("seed_chunk"),
-                             segment_blocks=sweep_kwargs.get("segment_blocks"), device=devices[0], out=out)
+            grid_chunk = None if chunk_size is None else sweep.plan_chunk(spec, chunk_size, len(devices))
+            forced = dict(chunk_size=grid_chunk, seed_chunk=sweep_kwargs.get("seed_chunk"),
+                          segment_blocks=sweep_kwargs.get("segment_blocks"))
+        pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"), device=devices[0],
+                         out=out, **forced)
         sweep_kwargs = {k: v for k, v in sweep_kwargs.items()
                         if k not in ("seed_chunk", "segment_blocks", "memory_budget")}
         layout = {"seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks}
@@ -488,18 +487,13 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
                            **sweep_kwargs, **extra)
     except Interrupted as e:
         raise Interrupted(e.signum, count["saved"], total, e.segment) from None
-    except _out_of_memory() as e:
+    except memory.OutOfMemory as e:
         raise type(e)(f"{e}; {count['saved']} of {total} chunks are saved in {store.dir} (and the finished "
                       f"segments of the chunk in progress): continue with --resume", chunk=e.chunk) from None
     if writer:
         result.save(out)
         store.remove()
     return result
-
-
-def _out_of_memory():
-    from bec_jax.memory import OutOfMemory
-    return OutOfMemory
 
 
 def _log_alloc(out: str):
@@ -569,7 +563,6 @@ def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> di
     on_chunk, count = _saving(store, True, stop, len(mine - set(done)), len(done), total)
     layout = {}
     if isinstance(spec, SweepSpec):  # a long or large chunk runs in segments here too
-        from bec_jax import memory
         pl = memory.plan(spec, len(devices), chunk_size=chunk, out=out)
         layout = dict(seeds_per_call=pl.seeds, blocks_per_segment=pl.blocks, outputs=store,
                       on_segment=_segment_stop(stop, count, total))

@@ -563,6 +563,15 @@ def _mesh(devices, chunk: int) -> Mesh | None:
     return Mesh(np.array(devices), (GRID_AXIS,))
 
 
+def _segment_mesh(devices, chunk: int, by_seed: bool) -> Mesh | None:
+    """The mesh of a segmented chunk's programs: over the seed axis for a seed
+    chunk on several devices (any `chunk`), else as `_mesh` (over the grid)."""
+    devices = list(devices)
+    if by_seed and len(devices) > 1:
+        return Mesh(np.array(devices), (GRID_AXIS,))
+    return _mesh(devices, chunk)
+
+
 class SegmentPrograms(NamedTuple):
     """The programs of a time-segmented or seed-chunked run of one group (see
     `make_segment_programs`); each maps explicit state to state, so the carried
@@ -613,7 +622,7 @@ def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int,
     def finish(seed, grid, offset, carry):
         return kern.finish(ctx_of(seed, grid, offset), carry)
 
-    mesh = (Mesh(np.array(devices), (GRID_AXIS,)) if by_seed else _mesh(devices, chunk)) if n_dev > 1 else None
+    mesh = _segment_mesh(devices, chunk, by_seed)
     if mesh is None:
         return SegmentPrograms(jax.jit(start), jax.jit(advance), jax.jit(finish),
                                blocks, per_seed, None, lambda carry: None)
@@ -1077,8 +1086,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                         _EXECUTABLES.move_to_end(memo)
                 if hit is None:
                     if segmented:
-                        mesh = (Mesh(np.array(devices), (GRID_AXIS,)) if by_seed else _mesh(devices, size)) \
-                            if len(devices) > 1 else None
+                        mesh = _segment_mesh(devices, size, by_seed)
                     else:
                         program = eng.make_program(spec, groups[c.group], size, devices, on_block=bar)
                         mesh = program.mesh

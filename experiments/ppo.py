@@ -565,6 +565,11 @@ def write(summary: dict, results: dict, out: str) -> list[str]:
     return paths + list(p.values())
 
 
+def _settings(cfg: Config) -> str:
+    """The config but its task list, as the JSON a saved task result is keyed by."""
+    return json.dumps({k: v for k, v in asdict(cfg).items() if k != "tasks"}, sort_keys=True, default=str)
+
+
 def _task_file(out: str, task: str) -> str:
     return os.path.join(out, f"logs_{task}.npz")
 
@@ -574,7 +579,7 @@ def save_task(out: str, cfg: Config, task: str, result: tuple) -> None:
     that produced it (everything in the config except the task list)."""
     logs, c, secs = result
     arrays = {f"{v}/{k}": x for v, lg in logs.items() for k, x in lg.items()}
-    meta = json.dumps({k: v for k, v in asdict(cfg).items() if k != "tasks"}, sort_keys=True, default=str)
+    meta = _settings(cfg)
     atomic_write(_task_file(out, task), lambda f: np.savez_compressed(
         f, meta=np.asarray(meta), c=np.asarray(c), seconds=np.asarray(secs), **arrays), binary=True)
 
@@ -584,9 +589,8 @@ def load_task(out: str, cfg: Config, task: str) -> tuple | None:
     path = _task_file(out, task)
     if not os.path.exists(path):
         return None
-    meta = json.dumps({k: v for k, v in asdict(cfg).items() if k != "tasks"}, sort_keys=True, default=str)
     with np.load(path) as z:
-        if str(z["meta"]) != meta:
+        if str(z["meta"]) != _settings(cfg):
             return None
         logs: dict = {}
         for name in z.files:
