@@ -76,20 +76,6 @@ def _log_sweep(env: str, alg: str, r: SweepResult, log=print) -> None:
         f"compile {m['compile_time_s']:.2f} s, run {m['run_time_s']:.2f} s")
 
 
-def run_env(env: str, quick: bool = False, log=print) -> dict[str, SweepResult]:
-    """Runs the four sweeps of one environment; returns results[algorithm]."""
-    out: dict[str, SweepResult] = {}
-    for alg in ALGORITHMS:
-        out[alg] = sweep.run(spec_for(env, alg, quick))
-        _log_sweep(env, alg, out[alg], log)
-    return out
-
-
-def run_all(quick: bool = False, log=print) -> dict[str, dict[str, SweepResult]]:
-    """Runs every sweep of the paper; returns results[env][algorithm]."""
-    return {env: run_env(env, quick, log) for env in PAPER}
-
-
 CONFIRM_SEED = 1  # the base seed of the confirmation runs (the selection uses seed 0)
 
 
@@ -125,7 +111,6 @@ def _max_finite_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 # SRC and VRC (the reward-centering methods the paper revisits) on the two
 # counterexamples, over CTD's grid (alpha x beta).
-REWARD_CENTERING = ("src", "vrc")
 REWARD_ENVS = ("two_state", "baird")
 
 
