@@ -167,6 +167,9 @@ def sensitivity_panel(ax, r: SweepResult, over: str, series: str | None, fixed: 
             ax.plot(s["x"][part], yl[part], "o", mfc="none", mec="red", ms=8, mew=1.4)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    # Unlabelled minor ticks on both log axes would more than double the time to
+    # draw and save a figure of many panels (the reproduction's has 12).
+    ax.minorticks_off()
     ax.set_ylim(*ylim)
     ax.set_xlabel(symbol(over))
     ax.set_title(title, fontsize=9)
