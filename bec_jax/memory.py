@@ -213,6 +213,24 @@ def _seed_chunk(seeds: int, n_devices: int) -> int:
     return max(2, -(-seeds // n_devices)) * n_devices
 
 
+def fits_together(specs, n_devices: int = 1, *, memory_budget: int | None = None, device=None) -> bool:
+    """Whether sweeps that each run in one call (see `plan`) fit in one call
+    together (`sweep.run_many` shares a program between them): their calls'
+    device bytes summed within the budget and, on a CPU with the default budget,
+    their carried state within `CPU_CACHE_BYTES` per device, as `plan` keeps one."""
+    import jax
+    device = device if device is not None else jax.devices()[0]
+    budget = int(memory_budget) if memory_budget is not None else default_budget(device)
+    total = carry = 0
+    for spec in specs:
+        sz = sizes(spec)
+        total += call_bytes(sz, spec.num_points, spec.seeds, spec.steps // spec.log_every, False)
+        carry += spec.num_points * spec.seeds * sz.carry
+    if device.platform == "cpu" and memory_budget is None and carry > CPU_CACHE_BYTES * n_devices:
+        return False
+    return total <= budget
+
+
 def default_budget(device) -> int:
     """The default device budget of one call: DEFAULT_BUDGET or what is free, the less."""
     return min(DEFAULT_BUDGET, device_available(device))

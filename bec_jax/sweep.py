@@ -69,7 +69,7 @@ CPU_LIGHT_OPTIONS = {**CPU_COMPILER_OPTIONS, "xla_cpu_use_fusion_emitters": Fals
 LIGHT_COMPILE_UPDATES = 1_000_000_000
 
 
-def default_compiler_options(spec, platform: str, group=None) -> dict:
+def default_compiler_options(spec, platform: str, group=None, updates: int | None = None) -> dict:
     """The XLA options a group's program compiles with when the caller gives none.
 
     None off the CPU. On the CPU, `CPU_LIGHT_OPTIONS` for a prediction sweep of
@@ -79,12 +79,16 @@ def default_compiler_options(spec, platform: str, group=None) -> dict:
     several models (an environment-parameter sweep) always gets the fusion
     emitters: with the loop emitters its metrics can round differently in the last
     bit from a one-model run of the same point (tests/test_open_engine.py), while
-    one-model programs give the same bits either way (tests/test_sweep.py)."""
+    one-model programs give the same bits either way (tests/test_sweep.py).
+    `updates`: the program's updates when it runs more than `spec` (a program
+    shared by several sweeps, `run_many`)."""
     if platform != "cpu":
         return {}
     if group is not None and len(getattr(group, "models", ())) > 1:
         return CPU_COMPILER_OPTIONS
-    if isinstance(spec, SweepSpec) and spec.num_points * spec.seeds * spec.steps >= LIGHT_COMPILE_UPDATES:
+    if updates is None and isinstance(spec, SweepSpec):
+        updates = spec.num_points * spec.seeds * spec.steps
+    if updates is not None and updates >= LIGHT_COMPILE_UPDATES:
         return CPU_COMPILER_OPTIONS
     return CPU_LIGHT_OPTIONS
 
@@ -336,14 +340,60 @@ UPDATES_PER_REPORT = 200_000_000
 class _Kernel(NamedTuple):
     """The pieces of one group's program, as functions to trace (see `_kernel`)."""
 
-    setup: Callable    # (seed, grid, offset, n_seeds) -> context
+    setup: Callable    # (seed, grids, offset, n_seeds) -> context
     start: Callable    # (ctx, per_seed) -> (carry, first)
     blocks: Callable   # (ctx, carry, js, per_seed) -> (carry, ys)
     finish: Callable   # (ctx, carry) -> {"final", "auc_seed", "diverged_step"}
-    axes: object       # the state's vmap axes (None: the unbatched counter)
+    axes: tuple        # each member's state's vmap axes (None: the unbatched counter)
 
 
-def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None = None) -> _Kernel:
+class _Member(NamedTuple):
+    """One algorithm's share of a program: its grid points' states and update."""
+
+    alg: object
+    traced: list       # the traced hyperparameters (the grid's columns)
+    axes: object       # the state's vmap axes
+    check_axes: object  # the axes the divergence check reads (traces left out)
+    update: Callable   # (states (G, N, ...), transitions, hyperparameter values) -> states
+
+
+def _member(spec: SweepSpec, group: Group, k: int, dtype, tr_axis) -> _Member:
+    alg = spec.algorithm_def
+    schedule = spec.schedule
+    static = dict(group.static)
+    traced = [h for h in alg.hyperparameters if not h.static]
+    template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((k,), dtype))  # no eager op to compile
+    axes = _state_axes(template, alg.counter)
+    # Traces (a followon trace on Baird, say) may grow large while the weights
+    # stay bounded: divergence is judged on the other fields only.
+    check_axes = _state_axes(template, alg.counter, skip=tuple(alg.traces))
+    if not hasattr(template, alg.weights):
+        raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state "
+                         f"({type(template).__name__}) has no such field")
+
+    def update_one(state, tr, hp_vals):
+        hp = dict(static)
+        for h in traced:
+            v = hp_vals[h.name]
+            if h.step_size and schedule.kind == "robbins_monro":
+                v = robbins_monro(v, schedule.t0, schedule.exponent(h.name))
+            hp[h.name] = v
+        return alg.apply(state, tr, hp)
+
+    update = jax.vmap(jax.vmap(update_one, in_axes=(axes, 0, None), out_axes=axes),
+                      in_axes=(axes, tr_axis, 0), out_axes=axes)
+    return _Member(alg, traced, axes, check_axes, update)
+
+
+def _split(x: jax.Array, sizes: tuple, axis: int = 0) -> list:
+    """x cut along `axis` into consecutive parts of `sizes` (one part: x itself)."""
+    if len(sizes) == 1:
+        return [x]
+    return jnp.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis)
+
+
+def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None = None,
+            others: tuple = ()) -> _Kernel:
     """The traced pieces of a group's program: the context of a (seed, grid
     chunk, seed range), the start state, a run of log blocks, and the end.
 
@@ -352,11 +402,19 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
     time axis or of the seeds, so every run does the same arithmetic either way.
     With `per_seed` the log blocks report each seed's metric values and alive
     flags instead of the statistics over seeds (a seed-chunked run combines
-    them on the host, with the same `_seed_stats`)."""
-    alg = spec.algorithm_def
+    them on the host, with the same `_seed_stats`).
+
+    `others`: (spec, group) pairs of sweeps that differ from `spec` only in
+    their algorithm and its hyperparameters, all of one model (see
+    `make_joint_program`). Each such *member* keeps its own states and update;
+    the transitions, the metrics, the statistics and the divergence bookkeeping
+    are shared, over the members' grid points laid end to end. `grids` holds
+    one grid chunk per member."""
     dtype = jnp.dtype(spec.dtype)
     models = group.models
     E = len(models)
+    if others and E > 1:
+        raise ValueError("others: a program shared by several sweeps needs one model per sweep")
     tables_np = sampling.build_tables(models, dtype, as_numpy=True)
     step_fn = sampling.markov_step_from_uniforms if spec.sampler == "markov" else sampling.iid_step_from_uniforms
     nu = sampling.NUM_UNIFORMS[spec.sampler]
@@ -365,9 +423,6 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
     # 0.7 ms each on a 2-core CPU), so one per UPDATES_PER_REPORT, at most 100 a chunk.
     report_every = max(1, L // int(np.clip(chunk * spec.seeds * spec.steps // UPDATES_PER_REPORT, 1, 100)))
     bound = float(spec.divergence_bound)
-    schedule = spec.schedule
-    static = dict(group.static)
-    traced = [h for h in alg.hyperparameters if not h.static]
     theta0 = np.stack([np.asarray(m.theta0, np.float64) for m in models])  # (E, k)
     k = theta0.shape[1]
 
@@ -388,59 +443,42 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
             stacked.append((R.astype(dtype), h.astype(dtype)))
             nonzero.append(np.any(R != 0, axis=0))
 
-    template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((k,), dtype))  # no eager op to compile
-    axes = _state_axes(template, alg.counter)
-    # Traces (a followon trace on Baird, say) may grow large while the weights
-    # stay bounded: divergence is judged on the other fields only.
-    check_axes = _state_axes(template, alg.counter, skip=tuple(alg.traces))
-    if not hasattr(template, alg.weights):
-        raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state "
-                         f"({type(template).__name__}) has no such field")
-
-    def update_one(state, tr, hp_vals):
-        hp = dict(static)
-        for h in traced:
-            v = hp_vals[h.name]
-            if h.step_size and schedule.kind == "robbins_monro":
-                v = robbins_monro(v, schedule.t0, schedule.exponent(h.name))
-            hp[h.name] = v
-        return alg.apply(state, tr, hp)
-
     # With several models, each seed's trajectory of every model is sampled once
     # per step and each grid point gathers its model's transition (`per_model`);
     # only when a chunk holds fewer points than the group has models does every
     # point sample its own (the same transitions either way).
     per_model = 1 < E <= chunk
     tr_axis = None if E == 1 else 0
-    update_grid_seed = jax.vmap(jax.vmap(update_one, in_axes=(axes, 0, None), out_axes=axes),
-                                in_axes=(axes, tr_axis, 0), out_axes=axes)
+    members = [_member(s, g, k, dtype, tr_axis) for s, g in ((spec, group), *others)]
 
     class Ctx(NamedTuple):
         G: int
+        sizes: tuple
         N: int
         tables: object
-        hp_vals: dict
+        hp_vals: list
         init_keys: jax.Array
         stream_keys: jax.Array
         env_idx: object
         mets_g: list
 
-    def setup(seed, grid, offset, N):
-        G = grid[ENV_INDEX].shape[0]
+    def setup(seed, grids, offset, N):
+        sizes = tuple(g[ENV_INDEX].shape[0] for g in grids)
         keys = _seed_keys(seed, N, offset)
         # Constants of the program, made inside the trace (nothing compiled to place them).
         tables = sampling.SamplerTables(*(jnp.asarray(x) for x in tables_np))
-        hp_vals = {h.name: grid[h.name].astype(dtype) for h in traced}
+        hp_vals = [{h.name: g[h.name].astype(dtype) for h in mb.traced} for mb, g in zip(members, grids)]
         init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
         if E == 1:
             env_idx, mets_g = None, mets
         else:
-            env_idx = grid[ENV_INDEX]
+            env_idx = grids[0][ENV_INDEX]
             mets_g = [analysis.Metric(jnp.asarray(R)[env_idx], jnp.asarray(h)[env_idx]) for R, h in stacked]
-        return Ctx(G, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
+        return Ctx(sum(sizes), sizes, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
 
     def metric_values(ctx, states):
-        return analysis.metric_values(ctx.mets_g, getattr(states, alg.weights), nonzero)
+        w = [getattr(st, mb.alg.weights) for mb, st in zip(members, states)]
+        return analysis.metric_values(ctx.mets_g, w[0] if len(w) == 1 else jnp.concatenate(w), nonzero)
 
     def report(vals, keep, per_seed, exact_ties=False):
         if per_seed:
@@ -448,24 +486,34 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
         return (*_seed_stats(vals, keep, exact_ties), keep.sum(-1).astype(jnp.int32))
 
     def start(ctx, per_seed):
-        G, N = ctx.G, ctx.N
+        N = ctx.N
         u0 = jax.vmap(lambda key: jax.random.uniform(key, dtype=dtype))(ctx.init_keys)  # (N,)
+        states = []
         if E == 1:
             samp = jax.vmap(lambda u: sampling.init_state_from_uniform(ctx.tables, u))(u0)  # (N,)
-            st0 = alg.init(jnp.asarray(theta0[0].astype(dtype)))
         else:
             starts = jnp.arange(E, dtype=jnp.int32) if per_model else ctx.env_idx
             samp = jax.vmap(lambda e: jax.vmap(lambda u: sampling.init_state_from_uniform(ctx.tables, u, e))(u0))(
                 starts)
-            st0 = jax.vmap(alg.init, out_axes=axes)(jnp.asarray(theta0.astype(dtype))[ctx.env_idx])
-        # Batched leaves to (G, N, ...): per point (E > 1) or one start for all (E = 1).
-        states = jax.tree_util.tree_map(
-            lambda x, ax: x if ax is None else (jnp.broadcast_to(x[:, None], (G, N) + x.shape[1:]) if E > 1
-                                                else jnp.broadcast_to(x, (G, N) + x.shape)),
-            st0, axes)
-        dstep = jnp.full((G, N), -1, jnp.int32)
+        for mb, G in zip(members, ctx.sizes):
+            if E == 1:
+                st0 = mb.alg.init(jnp.asarray(theta0[0].astype(dtype)))
+            else:
+                st0 = jax.vmap(mb.alg.init, out_axes=mb.axes)(jnp.asarray(theta0.astype(dtype))[ctx.env_idx])
+            # Batched leaves to (G, N, ...): per point (E > 1) or one start for all (E = 1).
+            states.append(jax.tree_util.tree_map(
+                lambda x, ax: x if ax is None else (jnp.broadcast_to(x[:, None], (G, N) + x.shape[1:]) if E > 1
+                                                    else jnp.broadcast_to(x, (G, N) + x.shape)),
+                st0, mb.axes))
+        states = tuple(states)
+        dstep = jnp.full((ctx.G, N), -1, jnp.int32)
         alive0 = dstep < 0
-        vals0 = metric_values(ctx, states)
+        if E == 1:  # one start for all: its metrics once (XLA folds them), broadcast
+            vals0 = jnp.concatenate([jnp.broadcast_to(analysis.metric_values(
+                ctx.mets_g, getattr(st, mb.alg.weights)[:1, :1], nonzero), (len(mets), G, N))
+                for mb, st, G in zip(members, states, ctx.sizes)], axis=1)
+        else:
+            vals0 = metric_values(ctx, states)
         return (states, samp, dstep, vals0), report(vals0, alive0, per_seed, exact_ties=True)
 
     def step(ctx, carry, u):
@@ -476,7 +524,7 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
             tr, samp = jax.vmap(jax.vmap(lambda uu, s: step_fn(ctx.tables, uu, s)), in_axes=(None, 0))(u, samp)
             if per_model:  # (E, N) -> (G, N): each point its model's transition
                 tr = jax.tree_util.tree_map(lambda x: x[ctx.env_idx], tr)
-        return (update_grid_seed(states, tr, ctx.hp_vals), samp), None
+        return (tuple(mb.update(st, tr, hp) for mb, st, hp in zip(members, states, ctx.hp_vals)), samp), None
 
     def blocks(ctx, carry, js, per_seed):
         def block(carry, j):
@@ -489,14 +537,16 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
             # the block is reverted to its state at the block's start, frozen there,
             # and flagged with the block's last step.
             alive = dstep < 0
-            keep = alive & _run_ok(new, bound, check_axes)
+            oks = [_run_ok(st, bound, mb.check_axes) for mb, st in zip(members, new)]
+            keep = alive & (oks[0] if len(oks) == 1 else jnp.concatenate(oks))
             # Reverting is a pass over the state, needed only where some run is not
             # kept (diverged now or before: a diverged run stays frozen); in most
             # sweeps most blocks have none.
             states = jax.lax.cond(
                 jnp.any(~keep),
-                lambda: jax.tree_util.tree_map(
-                    lambda n, o, ax: n if ax is None else jnp.where(_bcast(keep, n), n, o), new, states, axes),
+                lambda: tuple(jax.tree_util.tree_map(
+                    lambda n, o, ax: n if ax is None else jnp.where(_bcast(kp, n), n, o), nw, st, mb.axes)
+                    for mb, nw, st, kp in zip(members, new, states, _split(keep, ctx.sizes))),
                 lambda: new)
             dstep = jnp.where(alive & ~keep, (j + 1) * K, dstep)
             if on_block is not None:
@@ -516,7 +566,7 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
         auc_seed = jnp.where(alive, auc_sum / (L + 1), jnp.nan)
         return {"final": jnp.moveaxis(final, 1, 0), "auc_seed": jnp.moveaxis(auc_seed, 1, 0), "diverged_step": dstep}
 
-    return _Kernel(setup, start, blocks, finish, axes)
+    return _Kernel(setup, start, blocks, finish, tuple(mb.axes for mb in members))
 
 
 def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
@@ -532,17 +582,10 @@ def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
     once per device holding a shard: a progress report, not a per-step callback.
     """
     kern = _kernel(spec, group, chunk, on_block)
-    L = spec.steps // spec.log_every
+    whole = _whole_run(spec, kern)
 
     def sweep_program(seed, grid):
-        ctx = kern.setup(seed, grid, spec.seed_offset, spec.seeds)
-        carry, first = kern.start(ctx, False)
-        carry, ys = kern.blocks(ctx, carry, jnp.arange(L, dtype=jnp.int32), False)
-        # Stack step 0 in front; move the grid axis first: (M, L+1, G) -> (G, M, L+1).
-        mean, std, sem = (jnp.moveaxis(jnp.concatenate([a[None], b]), (0, 1, 2), (2, 1, 0))
-                          for a, b in zip(first[:3], ys[:3]))
-        alive_t = jnp.concatenate([first[3][None], ys[3]]).T  # (G, L+1)
-        return {"mean": mean, "std": std, "sem": sem, "alive": alive_t, **kern.finish(ctx, carry)}
+        return whole(seed, (grid,))
 
     mesh = _mesh(devices, chunk)
     if mesh is not None:
@@ -552,6 +595,63 @@ def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
     else:
         fn = jax.jit(sweep_program)
     return Program(spec=spec, group=group, fn=fn, chunk=chunk, mesh=mesh)
+
+
+def _whole_run(spec: SweepSpec, kern: _Kernel) -> Callable:
+    """(seed, grids) -> every output of a whole run: the kernel's pieces chained
+    over the whole time axis, the grid axis first."""
+    L = spec.steps // spec.log_every
+
+    def whole(seed, grids):
+        ctx = kern.setup(seed, grids, spec.seed_offset, spec.seeds)
+        carry, first = kern.start(ctx, False)
+        carry, ys = kern.blocks(ctx, carry, jnp.arange(L, dtype=jnp.int32), False)
+        # Stack step 0 in front; move the grid axis first: (M, L+1, G) -> (G, M, L+1).
+        mean, std, sem = (jnp.moveaxis(jnp.concatenate([a[None], b]), (0, 1, 2), (2, 1, 0))
+                          for a, b in zip(first[:3], ys[:3]))
+        alive_t = jnp.concatenate([first[3][None], ys[3]]).T  # (G, L+1)
+        return {"mean": mean, "std": std, "sem": sem, "alive": alive_t, **kern.finish(ctx, carry)}
+
+    return whole
+
+
+def make_joint_program(members: list, devices=None) -> Program:
+    """One program for several sweeps that differ only in their algorithm and its
+    hyperparameters (same model, seeds, steps, sampler, metrics, schedule):
+    `members` is a list of (spec, group, size), each group of one model, each
+    size (the member's padded points) a multiple of the device count. The
+    transitions are drawn once per seed for all of them (they are the same
+    transitions each sweep draws alone), and the sweeps' points are laid end to
+    end for the metrics and statistics; each point's arithmetic is its own.
+
+    `fn(seed, grids)` takes one grid chunk per member and returns the outputs of
+    every member's points, grid axis first: per device (with a mesh) the
+    members' shares of that device in order; `split_joint` cuts them apart."""
+    (spec, group, _), others = members[0], members[1:]
+    sizes = [size for *_, size in members]
+    kern = _kernel(spec, group, sum(sizes), others=tuple((s, g) for s, g, _ in others))
+    whole = _whole_run(spec, kern)
+    mesh = _mesh(devices, int(np.gcd.reduce(sizes)))
+    if mesh is not None:
+        fn = jax.jit(jax.shard_map(whole, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec(GRID_AXIS)),
+                                   out_specs=PartitionSpec(GRID_AXIS), check_vma=False))
+    else:
+        fn = jax.jit(whole)
+    return Program(spec=spec, group=group, fn=fn, chunk=sum(sizes), mesh=mesh)
+
+
+def split_joint(out: dict, sizes: list, n_devices: int) -> list[dict]:
+    """A joint program's outputs (see `make_joint_program`) cut into each member's
+    (its `sizes[i]` points, grid axis first, in its chunk's order)."""
+    local = [n // n_devices for n in sizes]
+    starts = np.concatenate([[0], np.cumsum(local)])
+    parts = [{} for _ in sizes]
+    for name, arr in out.items():
+        arr = np.asarray(arr)
+        by_dev = arr.reshape((n_devices, -1) + arr.shape[1:])
+        for m, n in enumerate(sizes):
+            parts[m][name] = by_dev[:, starts[m]:starts[m + 1]].reshape((n,) + arr.shape[1:])
+    return parts
 
 
 def _mesh(devices, chunk: int) -> Mesh | None:
@@ -611,7 +711,7 @@ def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int,
     def ctx_of(seed, grid, offset):
         if by_seed:  # this device's share of the seed chunk
             offset = offset + jax.lax.axis_index(GRID_AXIS).astype(offset.dtype) * local
-        return kern.setup(seed, grid, spec.seed_offset + offset, local)
+        return kern.setup(seed, (grid,), spec.seed_offset + offset, local)
 
     def start(seed, grid, offset):
         return kern.start(ctx_of(seed, grid, offset), per_seed)
@@ -1289,9 +1389,16 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
     ran = run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
                      on_chunk=on_chunk, progress=progress, seeds_per_call=pl.seeds,
                      blocks_per_segment=pl.blocks, outputs=outputs, on_segment=on_segment)
-    meta = {
+    meta = _meta(spec, devices, pl, groups, chunks, ran, len(done_chunks or {}))
+    return assemble(spec, groups, chunks, ran.results, meta, alloc=alloc)
+
+
+def _meta(spec: SweepSpec, devices, pl, groups: list[Group], chunks: list[Chunk], ran: ChunkRun,
+          resumed: int = 0) -> dict:
+    """A run's `SweepResult.meta`: where and how it ran, and its timings."""
+    return {
         **provenance.collect(devices),
-        "chunk_size": chunk,
+        "chunk_size": pl.grid,
         "num_chunks": len(chunks),
         "num_programs": len(groups),
         "seeds_per_call": pl.seeds,
@@ -1299,7 +1406,7 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
         "memory_estimate": {"device_bytes_per_call": pl.device_bytes, "host_bytes": pl.host_bytes,
                             "disk_bytes": pl.disk_bytes, "budget": pl.budget},
         "compiled_programs": ran.programs,
-        "resumed_chunks": len(done_chunks or {}),
+        "resumed_chunks": resumed,
         "compile_time_s": ran.compile_time_s,
         "run_time_s": ran.run_time_s,
         "updates": spec.num_points * spec.seeds * spec.steps,
@@ -1307,4 +1414,107 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
                           if ran.run_time_s > 0 and ran.computed_points else None),
         "env_fingerprints": sorted({fingerprint(m) for g in groups for m in g.models}),
     }
-    return assemble(spec, groups, chunks, ran.results, meta, alloc=alloc)
+
+
+def _joint_key(spec, devices) -> tuple | None:
+    """What sweeps must share to run as one program (`run_many`): everything
+    but the algorithm and its hyperparameters, and the model; None when `spec`
+    cannot share (several chunks, models or calls, or several processes)."""
+    if not isinstance(spec, SweepSpec) or jax.process_count() > 1:
+        return None
+    groups = plan_groups(spec)
+    if len(groups) != 1 or len(groups[0].models) != 1:
+        return None
+    pl = memory.plan(spec, len(devices), device=devices[0])
+    if pl.segmented or pl.grid < spec.num_points:
+        return None
+    d = spec.to_dict()
+    for field in ("algorithm", "hyperparameters"):
+        d.pop(field, None)
+    return json.dumps(d, sort_keys=True, default=str), fingerprint(groups[0].models[0])
+
+
+def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
+             progress: bool | None = False) -> list[SweepResult]:
+    """Runs every sweep of `specs`; returns their `SweepResult`s in order, each
+    bit for bit what `run(spec)` returns.
+
+    Sweeps that differ only in their algorithm and its hyperparameters (the
+    four algorithms of one task, say) and each fit in one call share one
+    compiled program, as many together as fit one call (`memory.fits_together`):
+    a compile is most of the cost of a small sweep. The rest run one by one
+    with `run`. A shared program's compile and run times are in the meta of
+    the first sweep it ran (with `shared_program`, the algorithms it ran)."""
+    devices = list(devices) if devices is not None else jax.devices()
+    out: list = [None] * len(specs)
+    sets: dict = {}
+    for i, spec in enumerate(specs):
+        key = _joint_key(spec, devices)
+        if key is None:
+            out[i] = run(spec, devices=devices, compiler_options=compiler_options, progress=progress)
+            continue
+        packs = sets.setdefault(key, [[]])
+        if packs[-1] and not memory.fits_together([specs[j] for j in packs[-1]] + [spec], len(devices),
+                                                  device=devices[0]):
+            packs.append([])
+        packs[-1].append(i)
+    for packs in sets.values():
+        for pack in packs:
+            if len(pack) == 1:
+                out[pack[0]] = run(specs[pack[0]], devices=devices, compiler_options=compiler_options,
+                                   progress=progress)
+            else:
+                for i, r in zip(pack, _run_joint([specs[i] for i in pack], devices, compiler_options)):
+                    out[i] = r
+    return out
+
+
+def _run_joint(specs: list, devices, compiler_options: dict | None) -> list[SweepResult]:
+    """Sweeps that `run_many` found able to share one program, run by one."""
+    n_dev = len(devices)
+    groups = [plan_groups(spec)[0] for spec in specs]
+    chunks = [Chunk(0, _pad(np.arange(len(g.indices)), n_dev), len(g.indices)) for g in groups]
+    sizes = [len(c.indices) for c in chunks]
+    updates = sum(s.num_points * s.seeds * s.steps for s in specs)
+    opts = compiler_options if compiler_options is not None else \
+        default_compiler_options(specs[0], devices[0].platform, groups[0], updates=updates)
+    t = time.perf_counter()
+    memo = tuple(_memo_key(s, g, n, devices, opts, sys.modules[__name__])
+                 for s, g, n in zip(specs, groups, sizes)) + ("joint",)
+    with _EXECUTABLES_LOCK:
+        hit = _EXECUTABLES.get(memo)
+        if hit is not None:
+            _EXECUTABLES.move_to_end(memo)
+    made = 0
+    if hit is None:
+        program = make_joint_program(list(zip(specs, groups, sizes)), devices)
+        placed = _placements(program.mesh, devices[0])
+        grids = tuple({k: _place(v, placed[1]) for k, v in chunk_grid(s, g, c).items()}
+                      for s, g, c in zip(specs, groups, chunks))
+        hit = (program.fn.lower(_place(np.uint32(specs[0].seed), placed[0]), grids).compile(opts or None),
+               placed)
+        made = 1
+        with _EXECUTABLES_LOCK:
+            _EXECUTABLES[memo] = hit
+            while len(_EXECUTABLES) > MAX_EXECUTABLES:
+                _EXECUTABLES.popitem(last=False)
+    else:
+        grids = tuple({k: _place(v, hit[1][1]) for k, v in chunk_grid(s, g, c).items()}
+                      for s, g, c in zip(specs, groups, chunks))
+    exe, placed = hit
+    compile_time = time.perf_counter() - t
+    t = time.perf_counter()
+    out = _fetch(_execute(exe, _place(np.uint32(specs[0].seed), placed[0]), grids))
+    run_time = time.perf_counter() - t
+    results = []
+    names = [s.algorithm for s in specs]
+    for m, (spec, group, chunk, part) in enumerate(zip(specs, groups, chunks, split_joint(out, sizes, n_dev))):
+        first = m == 0
+        ran = ChunkRun({0: {k: v[: chunk.n] for k, v in part.items()}}, compile_time if first else 0.0,
+                       run_time if first else 0.0, made if first else 0, chunk.n if first else 0)
+        pl = memory.plan(spec, n_dev, device=devices[0])
+        meta = {**_meta(spec, devices, pl, [group], [chunk], ran), "shared_program": names}
+        if first:
+            meta["updates_per_s"] = updates / run_time if run_time > 0 else None
+        results.append(assemble(spec, [group], [chunk], ran.results, meta))
+    return results

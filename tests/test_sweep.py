@@ -179,7 +179,12 @@ spec = SweepSpec(alpha=(0.3, 0.005, 0.01), **json.loads(sys.argv[1]))
 r = sweep.run(spec, chunk_size=int(sys.argv[2]))
 # Seed chunks and time segments, the grid sharded over the 4 devices.
 s = sweep.run(spec, chunk_size=int(sys.argv[2]), seed_chunk=28, segment_blocks=3)  # 7 seeds a device
+# One program for two sweeps, the grid of each split over the devices (TD's 3
+# points padded to 4).
+j = sweep.run_many([spec, spec.replace(algorithm="td", hyperparameters={"alpha": (0.3, 0.005, 0.01)})])
 np.savez(sys.argv[3], mean=r.mean, final=r.final, dstep=r.diverged_step, ndev=len(jax.devices()),
+         joint_mean=j[0].mean, joint_final=j[0].final, joint_td_mean=j[1].mean, joint_td_final=j[1].final,
+         joint_td_std=j[1].std, joint_shared=j[1].meta["shared_program"],
          seg_mean=s.mean, seg_std=s.std, seg_sem=s.sem, seg_final=s.final, seg_dstep=s.diverged_step,
          seg_layout=[s.meta["seeds_per_call"], s.meta["blocks_per_segment"]])
 """
@@ -204,6 +209,15 @@ def test_device_count_independence(full, tmp_path):
     np.testing.assert_array_equal(z["seg_mean"], full.mean)
     np.testing.assert_array_equal(z["seg_std"], full.std)
     np.testing.assert_array_equal(z["seg_sem"], full.sem)
+    # A program shared by two sweeps over 4 devices: each sweep's bits, as run alone.
+    assert z["joint_shared"].tolist() == ["ctdc", "td"]
+    np.testing.assert_array_equal(z["joint_mean"], full.mean)
+    np.testing.assert_array_equal(z["joint_final"], full.final)
+    td_cfg = {k: v for k, v in BAIRD.items() if k not in ("beta", "zeta")} | {"algorithm": "td"}
+    td = sweep.run(SweepSpec(alpha=ALPHAS, **td_cfg))
+    np.testing.assert_array_equal(z["joint_td_mean"], td.mean)
+    np.testing.assert_array_equal(z["joint_td_std"], td.std)
+    np.testing.assert_array_equal(z["joint_td_final"], td.final)
 
 
 def test_programs_are_reused_in_process_only_where_they_are_the_same():
