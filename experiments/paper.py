@@ -72,25 +72,30 @@ def spec_for(env: str, algorithm: str, quick: bool = False) -> SweepSpec:
 
 def _log_sweep(env: str, alg: str, r: SweepResult, log=print) -> None:
     m = r.meta
-    log(f"  {env:12s} {alg:5s} {r.num_points:4d} points x {r.spec.seeds} seeds x {r.spec.steps} steps: "
-        f"compile {m['compile_time_s']:.2f} s, run {m['run_time_s']:.2f} s")
+    shared = m.get("shared_program")
+    if shared and shared[0] != alg:
+        how = f"in {shared[0]}'s program"
+    else:
+        how = f"compile {m['compile_time_s']:.2f} s, run {m['run_time_s']:.2f} s" + (
+            f" (one program for {', '.join(shared)})" if shared else "")
+    log(f"  {env:12s} {alg:5s} {r.num_points:4d} points x {r.spec.seeds} seeds x {r.spec.steps} steps: {how}")
 
 
 CONFIRM_SEED = 1  # the base seed of the confirmation runs (the selection uses seed 0)
 
 
 def confirm_all(results: dict, log=print) -> dict[str, dict[str, dict]]:
-    """The chosen settings on fresh seeds: each sweep run again with base seed
-    CONFIRM_SEED (the compiled programs are reused: only the seed differs), and
-    at each algorithm's chosen point (chosen on seed 0) the mean final RMSCBE and
-    AUC with their 95% Student-t intervals over the fresh seeds, beside the
-    selection run's."""
+    """The chosen settings on fresh seeds: each environment's sweeps run again
+    with base seed CONFIRM_SEED (together, as `run_many` ran them: the compiled
+    programs are reused, only the seed differs), and at each algorithm's chosen
+    point (chosen on seed 0) the mean final RMSCBE and AUC with their 95%
+    Student-t intervals over the fresh seeds, beside the selection run's."""
     out: dict[str, dict[str, dict]] = {}
     for env, by in results.items():
         out[env] = {}
-        for alg, r in by.items():
+        fresh = sweep.run_many([r.spec.replace(seed=CONFIRM_SEED) for r in by.values()])
+        for (alg, r), again in zip(by.items(), fresh):
             b = r.best_index()
-            again = sweep.run(r.spec.replace(seed=CONFIRM_SEED), progress=False)
             rec = {}
             for name, res in (("selection", r), ("fresh", again)):
                 f_lo, f_hi = res.ci("final")
@@ -114,30 +119,28 @@ def _max_finite_diff(a: np.ndarray, b: np.ndarray) -> float:
 REWARD_ENVS = ("two_state", "baird")
 
 
-def reward_specs(quick: bool = False) -> list[SweepSpec]:
-    """The sweeps `reward_centering` compares: per counterexample VRC, CTD, SRC, TD
-    (CTD and TD are the main sweeps' specs, so their programs are reused)."""
-    specs = []
-    for env in REWARD_ENVS:
-        ctd_spec = spec_for(env, "ctd", quick)
-        specs += [ctd_spec.replace(algorithm="vrc"), ctd_spec, ctd_spec.replace(algorithm="src"),
-                  spec_for(env, "td", quick)]
+def env_specs(env: str, quick: bool = False) -> dict[str, SweepSpec]:
+    """{algorithm: spec} of the sweeps run on `env`: the four algorithms of the
+    paper's experiment and, on the counterexamples (REWARD_ENVS), VRC and SRC
+    over CTD's grid. They differ only in algorithm and step sizes, so
+    `sweep.run_many` runs them as one program."""
+    specs = {alg: spec_for(env, alg, quick) for alg in ALGORITHMS}
+    if env in REWARD_ENVS:
+        specs["vrc"] = specs["ctd"].replace(algorithm="vrc")
+        specs["src"] = specs["ctd"].replace(algorithm="src")
     return specs
 
 
-def reward_centering(quick: bool = False, log=print, runs: list | None = None) -> dict:
+def reward_centering(results: dict[str, dict[str, SweepResult]], log=print) -> dict:
     """VRC against CTD (the paper: VRC is CTD) and SRC against TD on the two
     off-policy counterexamples, over CTD's step-size grid: whether the runs are
     identical, and how SRC fares. Both counterexamples have zero rewards, so
     SRC's average-reward estimate (without rho: the behaviour's reward) stays 0
     and SRC is TD there; its off-policy bias shows where rewards are not zero.
-    `runs`: the results of `reward_specs(quick)` when the caller ran them."""
-    if runs is None:
-        with ThreadPoolExecutor(max_workers=2) as pool:  # XLA compiles outside the GIL: two at a time
-            runs = list(pool.map(lambda sp: sweep.run(sp, progress=False), reward_specs(quick)))
+    `results`: {env: {algorithm: result}} of `env_specs` on REWARD_ENVS."""
     out = {}
-    for n, env in enumerate(REWARD_ENVS):
-        vrc, ctd, src, td = runs[4 * n: 4 * n + 4]
+    for env in REWARD_ENVS:
+        vrc, ctd, src, td = (results[env][a] for a in ("vrc", "ctd", "src", "td"))
         # SRC at (alpha, beta) against TD at alpha.
         td_idx = [int(np.flatnonzero(np.isclose(td.grid["alpha"], a))[0]) for a in src.grid["alpha"]]
         same_src = bool(np.array_equal(src.mean, td.mean[:, td_idx], equal_nan=True))
@@ -187,8 +190,7 @@ def timescale_runs(quick: bool = False, log=print, runs: list | None = None) -> 
     specs when the caller ran them."""
     jobs = timescale_jobs(quick)
     if runs is None:
-        with ThreadPoolExecutor(max_workers=2) as pool:  # compiles two at a time
-            runs = list(pool.map(lambda job: sweep.run(job[2], progress=False), jobs))
+        runs = sweep.run_many([job[2] for job in jobs])
     out = {env: {} for env in PAPER}
     for (env, alg, spec), r in zip(jobs, runs):
         m = {name: i for i, name in enumerate(r.metrics)}
@@ -283,7 +285,7 @@ def sensitivity_figure(env: str, results: dict[str, SweepResult], metric: str | 
     return fig
 
 
-def stability_figure(facts: dict, results=None):
+def stability_figure(facts: dict):
     """CTD's full (theta, omega) expected update against beta/alpha: the largest
     real part of its eigenvalues (divided by alpha) on the 2-state example and
     Baird, with the exact threshold above which it is stable."""
@@ -338,11 +340,20 @@ def save_figure(fig, out_dir: str, name: str) -> None:
 
 
 def render_figure(name: str, out_dir: str, *args) -> str:
-    """Draws and saves one of the report's figures (in a worker process):
-    figure1* (results, metric), ctd_stability (facts, results), ctdc_rho ()."""
-    make = {"ctd_stability": stability_figure, "ctdc_rho": rho_figure}.get(name, figure1)
-    save_figure(make(*args), out_dir, name)
+    """Draws and saves one of the report's figure1* figures (in a worker
+    process): `args` are (results, metric)."""
+    save_figure(figure1(*args), out_dir, name)
     return name
+
+
+def render_theory(out_dir: str) -> dict:
+    """Computes the theory facts (`theory.all_facts`), draws and writes the CTD
+    stability and rho-convention figures, and returns the facts (runs in a
+    worker: the two share the expected-update programs it compiles)."""
+    facts = theory.all_facts()
+    save_figure(stability_figure(facts), out_dir, "ctd_stability")
+    save_figure(rho_figure(), out_dir, "ctdc_rho")
+    return facts
 
 
 def render_sensitivity(env: str, results: dict[str, SweepResult], out_dir: str) -> str:
@@ -763,41 +774,45 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
     write_json(os.path.join(out_dir, "meta.json"), {"kind": KIND, "complete": False, "quick": quick})
     log(f"bec-jax reproduce{' --quick' if quick else ''}: {jax.devices()[0].platform} "
         f"x{len(jax.devices())}, writing to {out_dir}")
-    # Every sweep that does not depend on another is submitted at once to two
-    # threads: XLA compiles outside the GIL, so two programs compile at a time on
-    # two cores (the main sweeps first, as the rest waits on them). Matplotlib is
+    # Each environment's sweeps run as one program (`sweep.run_many`: they differ
+    # only in algorithm and step sizes, and a compile costs more than a run), as
+    # do its two timescale runs. The programs are submitted at once to two
+    # threads: XLA compiles outside the GIL, so two compile at a time on two
+    # cores (the main sweeps first, as the rest waits on them). Matplotlib is
     # slow and single-threaded; two spawned workers draw the 8 figures while the
-    # sweeps compile, and split the ones left at the end (spawn, not fork: forking
-    # a process that has started JAX is unsafe).
+    # sweeps compile (spawn, not fork: forking a process that has started JAX is
+    # unsafe). Meanwhile the main thread does the rest of each environment's work
+    # as soon as its sweeps are in: whatever is left after the last compile is
+    # the run's tail.
     results: dict[str, dict[str, SweepResult]] = {}
+    together: dict[str, dict[str, SweepResult]] = {}
+    rows, conf = [], {}
     with ThreadPoolExecutor(max_workers=2) as threads, \
             ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        def submit(spec):
-            return threads.submit(sweep.run, spec, progress=False)
-
-        main = {(env, alg): submit(spec_for(env, alg, quick)) for env in PAPER for alg in ALGORITHMS}
-        reward_f = [submit(sp) for sp in reward_specs(quick)]
-        ts_f = [submit(job[2]) for job in timescale_jobs(quick)]
-        pending = []
+        specs = {env: env_specs(env, quick) for env in PAPER}
+        main = {env: threads.submit(sweep.run_many, list(specs[env].values())) for env in PAPER}
+        jobs = timescale_jobs(quick)
+        ts_f = {env: threads.submit(sweep.run_many, [spec for e, _, spec in jobs if e == env]) for env in PAPER}
+        facts_f = pool.submit(render_theory, out_dir)
+        pending = [facts_f]
         for env in PAPER:
-            results[env] = {}
-            for alg in ALGORITHMS:
-                r = results[env][alg] = main[env, alg].result()
+            together[env] = dict(zip(specs[env], main[env].result()))
+            results[env] = {alg: together[env][alg] for alg in ALGORITHMS}
+            if env == "two_state":
+                long_f = threads.submit(long_run_check, results, quick)
+            for alg, r in results[env].items():
                 _log_sweep(env, alg, r, log)
                 r.save(os.path.join(out_dir, "sweeps", env, alg))
             pending.append(pool.submit(render_sensitivity, env, results[env], out_dir))
+            rows += table_rows({env: results[env]})
+            conf.update(confirm_all({env: together[env]}, log))
         pending += [pool.submit(render_figure, name, out_dir, results, metric)
                     for name, metric in (("figure1", None), ("figure1_rmspcbe", "rmspcbe"),
                                          ("figure1_fixpoint_distance", "fixpoint_distance"))]
-        long_f = threads.submit(long_run_check, results, quick)
-        rows = table_rows(results)
         lemma = lemma_check()
-        facts = theory.all_facts()
-        pending.append(pool.submit(render_figure, "ctd_stability", out_dir, facts, results))
-        pending.append(pool.submit(render_figure, "ctdc_rho", out_dir))
-        conf = confirm_all(results, log)
-        reward = reward_centering(quick, log, runs=[f.result() for f in reward_f])
-        ts = timescale_runs(quick, log, runs=[f.result() for f in ts_f])
+        facts = facts_f.result()
+        reward = reward_centering(together, log)
+        ts = timescale_runs(quick, log, runs=[r for env in PAPER for r in ts_f[env].result()])
         for row in rows:
             c = conf[row["env"]][row["algorithm"]]["fresh"]
             row.update({"fresh_final_mean": c["final_mean"], "fresh_final_ci_low": c["final_ci"][0],
