@@ -161,3 +161,17 @@ def test_roofline_script_smoke(tmp_path):
     # for the TD error, one for phi.u, the three parameter updates).
     assert 72 <= d["bytes_per_update"] <= 1000 and 60 <= d["flops_per_update"] <= 300
     assert "bandwidth ceiling" in out and "roofline bound" in out
+
+
+def test_reproduce_time_script_smoke(tmp_path):
+    out = _run(["-m", "benchmarks.reproduce_time"], tmp_path)
+    d = json.loads((tmp_path / "reproduce_time_smoke.json").read_text())
+    _machine_ok(d)
+    (cold,) = d["cold"]
+    _positive(d, "cold_wall_median_s")
+    assert d["quick"] and d["warm"] is None
+    # The process's wall time holds the reproduction's own clock, which holds its
+    # summed compile time over two compile threads only in part.
+    assert cold["wall_s"] > cold["total_s"] > 0 and cold["compile_s"] > 0 and cold["cpu_s"] > 0
+    assert cold["device"].startswith(d["machine"]["cpu_model"]) and " JAX " in cold["device"]
+    assert "empty compilation cache" in out
