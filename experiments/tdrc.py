@@ -127,19 +127,26 @@ def spec_for(key: str, env: str, quick: bool = False) -> SweepSpec:
 def run_all(quick: bool = False, log=print, pool=None) -> dict[str, dict[str, SweepResult]]:
     """results[problem][method] for every problem and method. With a thread pool
     the sweeps run two at a time: XLA compiles outside the GIL, and compiling is
-    most of the work here."""
-    jobs = [(env, key) for env in ("baird", "random_walk") for key in SWEEPS]
+    most of the work here. Baird's sweeps (one model each) go to `sweep.run_many`
+    together, which shares a program between those that fit one call; the random
+    walk's (three models each) run one by one."""
 
-    def one(job):
-        env, key = job
-        spec = spec_for(key, env, quick)
-        r = sweep.run(spec, progress=False)
-        m = r.meta
-        log(f"  {env:12s} {key:5s} {r.num_points:4d} points x {spec.seeds} seeds x {spec.steps} steps: "
-            f"{m['compiled_programs']} program(s), compile {m['compile_time_s']:.2f} s, run {m['run_time_s']:.2f} s")
-        return job, r
+    def one(env, keys):
+        specs = [spec_for(key, env, quick) for key in keys]
+        rs = sweep.run_many(specs) if len(specs) > 1 else [sweep.run(specs[0], progress=False)]
+        for key, spec, r in zip(keys, specs, rs):
+            m = r.meta
+            shared = m.get("shared_program")
+            how = (f"in {shared[0]}'s program" if shared and shared[0] != spec.algorithm else
+                   f"{m['compiled_programs']} program(s), compile {m['compile_time_s']:.2f} s, "
+                   f"run {m['run_time_s']:.2f} s")
+            log(f"  {env:12s} {key:5s} {r.num_points:4d} points x {spec.seeds} seeds x {spec.steps} steps: {how}")
+        return [((env, key), r) for key, r in zip(keys, rs)]
 
-    done = dict(pool.map(one, jobs) if pool is not None else map(one, jobs))
+    jobs = [("baird", list(SWEEPS))] + [("random_walk", [key]) for key in SWEEPS]
+    done = {}
+    for pairs in (pool.map(lambda job: one(*job), jobs) if pool is not None else (one(*job) for job in jobs)):
+        done.update(pairs)
     out: dict[str, dict[str, SweepResult]] = {p: {} for p in PROBLEMS}
     for key, (sweep_key, select, _) in METHODS.items():
         for p in PROBLEMS:
