@@ -767,6 +767,18 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=N
     return "\n".join(s)
 
 
+def _figure_context():
+    """The figure workers' start method: forked from a server process that has
+    imported this module once (`forkserver`), so neither worker pays for the
+    imports again; `spawn` where there is no forkserver (not on Windows). Never a
+    plain fork of this process: forking a process that has started JAX is unsafe."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload([__name__])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
 def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = False, log=print) -> dict:
     """Runs everything and writes the figures, table, lemma check and report to `out_dir`."""
     t_all = time.perf_counter()
@@ -788,7 +800,7 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
     together: dict[str, dict[str, SweepResult]] = {}
     rows, conf = [], {}
     with ThreadPoolExecutor(max_workers=2) as threads, \
-            ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+            ProcessPoolExecutor(max_workers=2, mp_context=_figure_context()) as pool:
         specs = {env: env_specs(env, quick) for env in PAPER}
         main = {env: threads.submit(sweep.run_many, list(specs[env].values())) for env in PAPER}
         jobs = timescale_jobs(quick)
