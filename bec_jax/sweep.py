@@ -905,6 +905,27 @@ def clear_compiled() -> None:
         _EXECUTABLES.clear()
 
 
+def _memo_get(memo):
+    """The compiled program kept under `memo` (None: nothing kept, or no key)."""
+    if memo is None:
+        return None
+    with _EXECUTABLES_LOCK:
+        hit = _EXECUTABLES.get(memo)
+        if hit is not None:
+            _EXECUTABLES.move_to_end(memo)
+    return hit
+
+
+def _memo_put(memo, hit) -> None:
+    """Keeps `hit` under `memo`, dropping the least recently used beyond MAX_EXECUTABLES."""
+    if memo is None:
+        return
+    with _EXECUTABLES_LOCK:
+        _EXECUTABLES[memo] = hit
+        while len(_EXECUTABLES) > MAX_EXECUTABLES:
+            _EXECUTABLES.popitem(last=False)
+
+
 def _memo_key(spec, group: Group, size: int, devices, compiler_options, eng) -> tuple:
     """What a compiled chunk program depends on: the spec but its base seed, the
     group's models (by content), the algorithm's functions, the chunk size, the
@@ -1180,10 +1201,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                 memo = None if bar is not None else _memo_key(spec, groups[c.group], size, devices, opts, eng)
                 if memo is not None and segmented:
                     memo += ("segmented", seeds_per_call, blocks_per_segment)
-                with _EXECUTABLES_LOCK:
-                    hit = _EXECUTABLES.get(memo) if memo is not None else None
-                    if hit is not None:
-                        _EXECUTABLES.move_to_end(memo)
+                hit = _memo_get(memo)
                 if hit is None:
                     if segmented:
                         mesh = _segment_mesh(devices, size, by_seed)
@@ -1201,11 +1219,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                     hit = (exe, placed)
                     compile_time += time.perf_counter() - t
                     n_compiled += made
-                    if memo is not None:
-                        with _EXECUTABLES_LOCK:
-                            _EXECUTABLES[memo] = hit
-                            while len(_EXECUTABLES) > MAX_EXECUTABLES:
-                                _EXECUTABLES.popitem(last=False)
+                    _memo_put(memo, hit)
                 # The seed is placed per run: a memoised program may come from another seed's run.
                 compiled[key] = (*hit, _place(seed, hit[1][0]))
             exe, placed, seed_dev = compiled[key]
@@ -1417,9 +1431,10 @@ def _meta(spec: SweepSpec, devices, pl, groups: list[Group], chunks: list[Chunk]
 
 
 def _joint_key(spec, devices) -> tuple | None:
-    """What sweeps must share to run as one program (`run_many`): everything
-    but the algorithm and its hyperparameters, and the model; None when `spec`
-    cannot share (several chunks, models or calls, or several processes)."""
+    """(key, memory plan) of `spec` for `run_many`: the key is what sweeps must
+    share to run as one program, everything but the algorithm and its
+    hyperparameters, and the model. None when `spec` cannot share (several
+    chunks, models or calls, or several processes)."""
     if not isinstance(spec, SweepSpec) or jax.process_count() > 1:
         return None
     groups = plan_groups(spec)
@@ -1431,7 +1446,7 @@ def _joint_key(spec, devices) -> tuple | None:
     d = spec.to_dict()
     for field in ("algorithm", "hyperparameters"):
         d.pop(field, None)
-    return json.dumps(d, sort_keys=True, default=str), fingerprint(groups[0].models[0])
+    return (json.dumps(d, sort_keys=True, default=str), fingerprint(groups[0].models[0])), pl
 
 
 def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
@@ -1448,11 +1463,13 @@ def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
     devices = list(devices) if devices is not None else jax.devices()
     out: list = [None] * len(specs)
     sets: dict = {}
+    plans: dict = {}
     for i, spec in enumerate(specs):
-        key = _joint_key(spec, devices)
-        if key is None:
+        found = _joint_key(spec, devices)
+        if found is None:
             out[i] = run(spec, devices=devices, compiler_options=compiler_options, progress=progress)
             continue
+        key, plans[i] = found
         packs = sets.setdefault(key, [[]])
         if packs[-1] and not memory.fits_together([specs[j] for j in packs[-1]] + [spec], len(devices),
                                                   device=devices[0]):
@@ -1464,13 +1481,15 @@ def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
                 out[pack[0]] = run(specs[pack[0]], devices=devices, compiler_options=compiler_options,
                                    progress=progress)
             else:
-                for i, r in zip(pack, _run_joint([specs[i] for i in pack], devices, compiler_options)):
+                for i, r in zip(pack, _run_joint([specs[i] for i in pack], [plans[i] for i in pack], devices,
+                                                 compiler_options)):
                     out[i] = r
     return out
 
 
-def _run_joint(specs: list, devices, compiler_options: dict | None) -> list[SweepResult]:
-    """Sweeps that `run_many` found able to share one program, run by one."""
+def _run_joint(specs: list, plans: list, devices, compiler_options: dict | None) -> list[SweepResult]:
+    """Sweeps that `run_many` found able to share one program (each with the
+    memory plan it was judged by), run by one."""
     n_dev = len(devices)
     groups = [plan_groups(spec)[0] for spec in specs]
     chunks = [Chunk(0, _pad(np.arange(len(g.indices)), n_dev), len(g.indices)) for g in groups]
@@ -1481,38 +1500,32 @@ def _run_joint(specs: list, devices, compiler_options: dict | None) -> list[Swee
     t = time.perf_counter()
     memo = tuple(_memo_key(s, g, n, devices, opts, sys.modules[__name__])
                  for s, g, n in zip(specs, groups, sizes)) + ("joint",)
-    with _EXECUTABLES_LOCK:
-        hit = _EXECUTABLES.get(memo)
-        if hit is not None:
-            _EXECUTABLES.move_to_end(memo)
-    made = 0
+
+    def inputs(placed):  # (seed, one grid chunk per sweep), placed as the program wants them
+        return (_place(np.uint32(specs[0].seed), placed[0]),
+                tuple({k: _place(v, placed[1]) for k, v in chunk_grid(s, g, c).items()}
+                      for s, g, c in zip(specs, groups, chunks)))
+
+    hit, made = _memo_get(memo), 0
     if hit is None:
         program = make_joint_program(list(zip(specs, groups, sizes)), devices)
         placed = _placements(program.mesh, devices[0])
-        grids = tuple({k: _place(v, placed[1]) for k, v in chunk_grid(s, g, c).items()}
-                      for s, g, c in zip(specs, groups, chunks))
-        hit = (program.fn.lower(_place(np.uint32(specs[0].seed), placed[0]), grids).compile(opts or None),
-               placed)
-        made = 1
-        with _EXECUTABLES_LOCK:
-            _EXECUTABLES[memo] = hit
-            while len(_EXECUTABLES) > MAX_EXECUTABLES:
-                _EXECUTABLES.popitem(last=False)
+        args = inputs(placed)
+        hit, made = (program.fn.lower(*args).compile(opts or None), placed), 1
+        _memo_put(memo, hit)
     else:
-        grids = tuple({k: _place(v, hit[1][1]) for k, v in chunk_grid(s, g, c).items()}
-                      for s, g, c in zip(specs, groups, chunks))
-    exe, placed = hit
-    compile_time = time.perf_counter() - t
+        args = inputs(hit[1])
+    compile_time = time.perf_counter() - t if made else 0.0
     t = time.perf_counter()
-    out = _fetch(_execute(exe, _place(np.uint32(specs[0].seed), placed[0]), grids))
+    out = _fetch(_execute(hit[0], *args))
     run_time = time.perf_counter() - t
     results = []
     names = [s.algorithm for s in specs]
-    for m, (spec, group, chunk, part) in enumerate(zip(specs, groups, chunks, split_joint(out, sizes, n_dev))):
+    for m, (spec, pl, group, chunk, part) in enumerate(zip(specs, plans, groups, chunks,
+                                                           split_joint(out, sizes, n_dev))):
         first = m == 0
         ran = ChunkRun({0: {k: v[: chunk.n] for k, v in part.items()}}, compile_time if first else 0.0,
                        run_time if first else 0.0, made if first else 0, chunk.n if first else 0)
-        pl = memory.plan(spec, n_dev, device=devices[0])
         meta = {**_meta(spec, devices, pl, [group], [chunk], ran), "shared_program": names}
         if first:
             meta["updates_per_s"] = updates / run_time if run_time > 0 else None
