@@ -8,11 +8,18 @@ loop's, against issue 15's target of at least 90%. Both are medians of
 `--repeats` timed calls (after a warm-up) in the same process, and the device
 they ran on is printed.
 
-    python -m benchmarks.profile_step [--algorithm ctdc] [--steps 1000] [--repeats 5]
+One device on one core: the process pins itself to one core before JAX starts
+(`--no-pin` leaves it), so both rates are per core. Unpinned on a 2-core machine,
+XLA:CPU runs a one-device program's independent kernels on two threads, and both
+loops ran slower than on one core (standard workload 113-117 against 197-200 M
+updates/s on an AVX-512 Xeon): the command line gives each core a device instead.
+
+    python -m benchmarks.profile_step [--algorithm ctdc] [--steps 1000] [--repeats 5] [--no-pin]
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import time
@@ -62,7 +69,12 @@ def main(argv=None) -> None:
     ap.add_argument("--algorithm", default="ctdc")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--no-pin", action="store_true", help="do not pin the process to one core")
     args = ap.parse_args(argv)
+    pinned = None
+    if not args.no_pin and hasattr(os, "sched_setaffinity"):
+        pinned = min(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {pinned})
     jax.config.update("jax_num_cpu_devices", 1)  # a one-core profile: no sharding
 
     compiled, state = bare_update_loop(args.algorithm, args.steps)
@@ -79,7 +91,8 @@ def main(argv=None) -> None:
     print(f"{passes} passes over (G, N, ...) arrays per step")
 
     dev = jax.devices()[0]
-    print(f"device: {dev.platform} {dev.device_kind} ({_common.machine_info()['cpu_model']})")
+    print(f"device: {dev.platform} {dev.device_kind} ({_common.machine_info()['cpu_model']}), "
+          + (f"pinned to core {pinned}" if pinned is not None else "not pinned"))
     jax.block_until_ready(compiled(state))
     times = []
     for _ in range(args.repeats):
