@@ -22,6 +22,12 @@ names the sweep and the field), then runs them in order into DIR/<name>/, writin
 DIR/study.json (the study and each sweep's status). Interrupted, it resumes with
 `--resume`: a finished sweep is not run again, an interrupted one continues from
 its chunks. `results.load_frame(DIR)` reads all of it into one DataFrame.
+
+Sweeps that differ only in their algorithm and step sizes (and fit one call
+each) share one compiled program (`sweep.run_many`) when the study runs in one
+process with the default layout: they are computed together when the first of
+them comes up, and each is written when its turn comes, bit for bit what it
+would be alone.
 """
 from __future__ import annotations
 
@@ -135,7 +141,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     `part=(K, N)` (or "K/N") computes only the K-th of N disjoint parts of every
     sweep's chunks into `out`, which N independent processes share (see
     `runner.run_to_dir`), and returns {}; a final `resume=True` run assembles."""
-    from bec_jax import runner
+    from bec_jax import runner, sweep
     if resume and overwrite:
         raise runner.RunError("resume: --resume continues the study in --out, --overwrite starts over; give one")
     old = saved(out)
@@ -167,6 +173,8 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     finished = {n: resume and _finished(os.path.join(out, n), s) for n, s in study.sweeps}
     partial = {n: resume and runner.ChunkStore(os.path.join(out, n)).exists() for n, _ in study.sweeps}
     confirmed = {n: os.path.isfile(os.path.join(out, n, runner.CONFIRM_FILE)) for n in study.names}
+    together = _together(study, finished, partial, run_kwargs)
+    computed: dict[str, SweepResult] = {}
     results = {}
     for name, spec in study.sweeps:
         path = os.path.join(out, name)
@@ -181,18 +189,49 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
             raise runner.Interrupted(stop.signum)
         status[name] = "running"
         record()
-        r = runner.run_to_dir(spec, path, overwrite=not partial[name], resume=partial[name], stop=stop,
-                              **run_kwargs)
+        if name in together:
+            if name not in computed:  # the first of sweeps that share a program: all of them now
+                names = together[name]
+                computed.update(zip(names, sweep.run_many([dict(study.sweeps)[n] for n in names])))
+            r = computed.pop(name)
+            if writer:
+                runner.prepare_out_dir(path, True)
+                r.save(path)
+        else:
+            r = runner.run_to_dir(spec, path, overwrite=not partial[name], resume=partial[name], stop=stop,
+                                  **run_kwargs)
         m = r.meta
+        if name in together and name != together[name][0]:
+            how = f"in {together[name][0]}'s program"
+        else:
+            how = f"in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile)"
         log(f"{name}: {spec.env} / {spec.algorithm}, {r.num_points} points x {spec.seeds} seeds x {spec.steps} "
-            f"steps in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile)"
-            + (f", {m['resumed_chunks']} chunks resumed" if m.get("resumed_chunks") else ""))
+            f"steps {how}" + (f", {m['resumed_chunks']} chunks resumed" if m.get("resumed_chunks") else ""))
         if confirm_seeds:
             log(f"  {runner.confirm_line(runner.confirm(r, path, confirm_seeds), path)}")
         status[name] = "done"
         record()
         results[name] = r
     return results
+
+
+def _together(study: Study, finished: dict, partial: dict, run_kwargs: dict) -> dict[str, list[str]]:
+    """{name: the names of the sweeps it shares a program with} for the sweeps
+    left to run that `sweep.run_many` would run together: only in one process,
+    with the default layout (no chunk size, devices or memory budget given)
+    and never for a sweep an interrupted run left chunks of."""
+    import jax
+
+    from bec_jax import sweep
+    if jax.process_count() > 1 or {k for k, v in run_kwargs.items() if v is not None} - {"progress"}:
+        return {}
+    todo = [(n, s) for n, s in study.sweeps if not finished[n] and not partial[n]]
+    out = {}
+    for pack in sweep.shared_programs([s for _, s in todo]):
+        if len(pack) > 1:
+            names = [todo[i][0] for i in pack]
+            out.update({n: names for n in names})
+    return out
 
 
 def _run_part(study, out, part, old, resume, overwrite, confirm_seeds, stop, log, run_kwargs) -> dict:

@@ -1434,19 +1434,48 @@ def _joint_key(spec, devices) -> tuple | None:
     """(key, memory plan) of `spec` for `run_many`: the key is what sweeps must
     share to run as one program, everything but the algorithm and its
     hyperparameters, and the model. None when `spec` cannot share (several
-    chunks, models or calls, or several processes)."""
+    chunks, models or calls, logs too large to hold, or several processes)."""
     if not isinstance(spec, SweepSpec) or jax.process_count() > 1:
         return None
     groups = plan_groups(spec)
     if len(groups) != 1 or len(groups[0].models) != 1:
         return None
     pl = memory.plan(spec, len(devices), device=devices[0])
-    if pl.segmented or pl.grid < spec.num_points:
-        return None
+    if pl.segmented or pl.grid < spec.num_points or memory.log_bytes(spec) > memory.LAZY_LOG_BYTES:
+        return None  # several calls, or logs that a run into a directory would stream to disk
     d = spec.to_dict()
     for field in ("algorithm", "hyperparameters"):
         d.pop(field, None)
     return (json.dumps(d, sort_keys=True, default=str), fingerprint(groups[0].models[0])), pl
+
+
+def _packs(specs: list, devices) -> tuple[list[list[int]], dict]:
+    """(packs, plans): `specs`' indices in the programs `run_many` gives them, in
+    order of their first sweep, and the memory plan each shareable sweep was
+    judged by."""
+    packs: list[list[int]] = []
+    open_pack: dict = {}  # key -> the pack its next sweep may join
+    plans: dict = {}
+    for i, spec in enumerate(specs):
+        found = _joint_key(spec, devices)
+        if found is None:
+            packs.append([i])
+            continue
+        key, plans[i] = found
+        pack = open_pack.get(key)
+        if pack is None or not memory.fits_together([specs[j] for j in pack] + [spec], len(devices),
+                                                     device=devices[0]):
+            pack = open_pack[key] = []
+            packs.append(pack)
+        pack.append(i)
+    return packs, plans
+
+
+def shared_programs(specs: list, devices=None) -> list[list[int]]:
+    """How `run_many` runs `specs`: lists of their indices, one per compiled
+    program (a list of one: that sweep runs alone, by `run`)."""
+    devices = list(devices) if devices is not None else jax.devices()
+    return _packs(specs, devices)[0]
 
 
 def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
@@ -1458,32 +1487,20 @@ def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
     four algorithms of one task, say) and each fit in one call share one
     compiled program, as many together as fit one call (`memory.fits_together`):
     a compile is most of the cost of a small sweep. The rest run one by one
-    with `run`. A shared program's compile and run times are in the meta of
-    the first sweep it ran (with `shared_program`, the algorithms it ran)."""
+    with `run` (`shared_programs` tells which). A shared program's compile and
+    run times are in the meta of the first sweep it ran (with `shared_program`,
+    the algorithms it ran)."""
     devices = list(devices) if devices is not None else jax.devices()
     out: list = [None] * len(specs)
-    sets: dict = {}
-    plans: dict = {}
-    for i, spec in enumerate(specs):
-        found = _joint_key(spec, devices)
-        if found is None:
-            out[i] = run(spec, devices=devices, compiler_options=compiler_options, progress=progress)
-            continue
-        key, plans[i] = found
-        packs = sets.setdefault(key, [[]])
-        if packs[-1] and not memory.fits_together([specs[j] for j in packs[-1]] + [spec], len(devices),
-                                                  device=devices[0]):
-            packs.append([])
-        packs[-1].append(i)
-    for packs in sets.values():
-        for pack in packs:
-            if len(pack) == 1:
-                out[pack[0]] = run(specs[pack[0]], devices=devices, compiler_options=compiler_options,
-                                   progress=progress)
-            else:
-                for i, r in zip(pack, _run_joint([specs[i] for i in pack], [plans[i] for i in pack], devices,
-                                                 compiler_options)):
-                    out[i] = r
+    packs, plans = _packs(specs, devices)
+    for pack in packs:
+        if len(pack) == 1:
+            out[pack[0]] = run(specs[pack[0]], devices=devices, compiler_options=compiler_options,
+                               progress=progress)
+        else:
+            for i, r in zip(pack, _run_joint([specs[i] for i in pack], [plans[i] for i in pack], devices,
+                                             compiler_options)):
+                out[i] = r
     return out
 
 

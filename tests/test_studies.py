@@ -12,6 +12,7 @@ import sys
 import time
 import tomllib
 
+import jax
 import numpy as np
 import pytest
 
@@ -407,16 +408,19 @@ def test_progress_reports_per_log_block_and_changes_no_bit(monkeypatch):
 
     monkeypatch.setattr(sweep, "BlockProgress", Recorder)
     monkeypatch.setattr(sweep, "UPDATES_PER_REPORT", 2 * 6 * 120 // 4)  # 4 reports per chunk of 2 points
-    quiet = sweep.run(spec, progress=False, chunk_size=2)
+    # One device: with several, each device holding a shard calls back (a CLI test
+    # earlier in this process may have exposed both cores as devices).
+    one = jax.devices()[:1]
+    quiet = sweep.run(spec, progress=False, chunk_size=2, devices=one)
     assert seen == []
-    shown = sweep.run(spec, progress=True, chunk_size=2)
+    shown = sweep.run(spec, progress=True, chunk_size=2, devices=one)
     # Two chunks of 12 blocks, a report every 3rd block; the bar ends at 2 x 120 steps.
     assert seen == [3, 6, 9, 12, 3, 6, 9, 12, (240, 240)]
     for name in ("mean", "std", "sem", "final", "auc_seed", "alive", "diverged_step"):
         np.testing.assert_array_equal(getattr(shown, name), getattr(quiet, name), err_msg=name)
     # By default (stderr not a terminal here) no callback is compiled in.
     seen.clear()
-    sweep.run(spec, chunk_size=2)
+    sweep.run(spec, chunk_size=2, devices=one)
     assert seen == []
 
 
@@ -453,3 +457,28 @@ def test_packaging_files():
     assert f"version: {bec_jax.__version__}" in cff
     assert os.path.isfile(os.path.join(os.path.dirname(bec_jax.__file__), "py.typed"))
     assert "py.typed" in pp["tool"]["setuptools"]["package-data"]["bec_jax"]
+
+
+def test_study_sweeps_that_differ_in_algorithm_share_a_program(tmp_path):
+    """A study's sweeps on one model run as one program (`sweep.run_many`), each
+    written bit for bit as it would be alone; a chunk size given keeps them apart."""
+    from bec_jax import runner, study
+    st = study.from_dict({"seeds": 5, "steps": 60, "log_every": 20, "sweep": [
+        {"env": "two_state", "algorithm": "td", "alpha": [0.01, 0.1]},
+        {"env": "boyan_chain", "algorithm": "td", "alpha": [0.1]},
+        {"env": "two_state", "algorithm": "ctd", "alpha": [0.01], "beta": [0.1, 0.2]}]})
+    lines = []
+    res = study.run(st, str(tmp_path / "s"), log=lines.append)
+    assert res["two_state-td"].meta["shared_program"] == ["td", "ctd"]
+    assert "shared_program" not in res["boyan_chain-td"].meta
+    assert any(line.startswith("two_state-ctd:") and "in two_state-td's program" in line for line in lines)
+    for name, spec in st.sweeps:  # each as run alone into its directory
+        runner.run_to_dir(spec, str(tmp_path / "alone" / name))
+    _same_results(tmp_path / "s", tmp_path / "alone", st.names)
+    assert SweepResult.load(str(tmp_path / "s" / "two_state-ctd")).meta["shared_program"] == ["td", "ctd"]
+    # Finished: a resume runs nothing; a chunk size given: each sweep alone.
+    lines.clear()
+    study.run(st, str(tmp_path / "s"), resume=True, log=lines.append)
+    assert all("not run again" in line for line in lines)
+    apart = study.run(st, str(tmp_path / "apart"), chunk_size=4, log=lambda *a: None)
+    assert all("shared_program" not in r.meta for r in apart.values())
