@@ -185,7 +185,9 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
             if confirm_seeds and not confirmed[name]:
                 log(f"  {runner.confirm_line(runner.confirm(results[name], path, confirm_seeds), path)}")
             continue
-        if stop is not None and stop.signum is not None:  # a signal during the previous sweep
+        # A signal during the previous sweep stops the study, once every sweep
+        # computed already (together with it) is written.
+        if stop is not None and stop.signum is not None and name not in computed:
             raise runner.Interrupted(stop.signum)
         status[name] = "running"
         record()
