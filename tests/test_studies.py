@@ -482,3 +482,26 @@ def test_study_sweeps_that_differ_in_algorithm_share_a_program(tmp_path):
     assert all("not run again" in line for line in lines)
     apart = study.run(st, str(tmp_path / "apart"), chunk_size=4, log=lambda *a: None)
     assert all("shared_program" not in r.meta for r in apart.values())
+
+
+def test_a_signal_during_a_shared_program_keeps_what_it_computed(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from bec_jax import runner, study
+    st = study.from_dict({"seeds": 3, "steps": 40, "log_every": 20, "sweep": [
+        {"env": "two_state", "algorithm": "td", "alpha": [0.1]},
+        {"env": "two_state", "algorithm": "ctd", "alpha": [0.1], "beta": [0.1]},
+        {"env": "boyan_chain", "algorithm": "td", "alpha": [0.1]}]})
+    stop = SimpleNamespace(signum=None)
+    real = sweep.run_many
+
+    def signalled(specs, **kw):  # SIGTERM arrives while the shared program runs
+        out = real(specs, **kw)
+        stop.signum = signal.SIGTERM
+        return out
+    monkeypatch.setattr(sweep, "run_many", signalled)
+    with pytest.raises(runner.Interrupted):
+        study.run(st, str(tmp_path / "s"), stop=stop, log=lambda *a: None)
+    assert (tmp_path / "s" / "two_state-td" / "curves.npz").exists()
+    assert (tmp_path / "s" / "two_state-ctd" / "curves.npz").exists()
+    assert not (tmp_path / "s" / "boyan_chain-td" / "curves.npz").exists()
