@@ -24,6 +24,8 @@ out of it: no per-step parameters are kept.
 
 The pieces: `plan` (groups and chunks), `make_program` (compile), `run_chunks`
 (execute, with resume), `assemble` (the `SweepResult`); `run` does all four.
+`run_many` runs several sweeps, one program for those that differ only in
+algorithm and step sizes (`make_joint_program`), each result as `run` gives it.
 """
 from __future__ import annotations
 
