@@ -167,15 +167,24 @@ def sensitivity_panel(ax, r: SweepResult, over: str, series: str | None, fixed: 
             ax.plot(s["x"][part], yl[part], "o", mfc="none", mec="red", ms=8, mew=1.4)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    # Unlabelled minor ticks on both log axes would more than double the time to
-    # draw and save a figure of many panels (the reproduction's has 12).
-    ax.minorticks_off()
     ax.set_ylim(*ylim)
+    _drop_unlabelled_minor_ticks(ax)
     ax.set_xlabel(symbol(over))
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
     if series:
         ax.legend(fontsize=6, ncol=2, loc="best")
+
+
+def _drop_unlabelled_minor_ticks(ax) -> None:
+    """No minor ticks on a log axis spanning two decades or more, where they
+    carry no labels: they more than doubled the time to draw and save a figure
+    of many panels (the reproduction's have 12). A narrower axis keeps them, as
+    its minor ticks are what is labelled."""
+    from matplotlib.ticker import NullLocator
+    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        if axis.get_scale() == "log" and 0 < lo and hi / lo >= 100:
+            axis.set_minor_locator(NullLocator())
 
 
 def error_range(results, metric: str | None = None) -> tuple:

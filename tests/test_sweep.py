@@ -270,3 +270,16 @@ def test_default_compiler_options():
     (group,) = sweep.plan_groups(multi)
     assert len(group.models) == 2
     assert sweep.default_compiler_options(multi, "cpu", group) == sweep.CPU_COMPILER_OPTIONS
+
+
+def test_sensitivity_panels_keep_labelled_minor_ticks(full):
+    """A sensitivity panel drops the minor ticks of a log axis spanning two decades
+    or more (unlabelled there, and most of a figure's drawing time) and keeps them
+    on a narrower one, where they carry the only labels between the decades."""
+    from bec_jax import plotting
+    fig, axes = plotting.new_figure(1, 2)
+    plotting.sensitivity_panel(axes[0, 0], full, "alpha", None, None, "wide", None, (1e-2, 1e3))
+    plotting.sensitivity_panel(axes[0, 1], full, "alpha", None, None, "narrow", None, (0.2, 1.5))
+    wide, narrow = axes[0, 0], axes[0, 1]
+    assert wide.yaxis.get_minorticklocs().size == 0  # five decades
+    assert narrow.yaxis.get_minorticklocs().size > 0  # 0.2 .. 1.5: less than a decade
