@@ -226,9 +226,17 @@ def fits_together(specs, n_devices: int = 1, *, memory_budget: int | None = None
         sz = sizes(spec)
         total += call_bytes(sz, spec.num_points, spec.seeds, spec.steps // spec.log_every, False)
         carry += spec.num_points * spec.seeds * sz.carry
-    if device.platform == "cpu" and memory_budget is None and carry > CPU_CACHE_BYTES * n_devices:
-        return False
-    return total <= budget
+    cache = _cache_bytes(device, n_devices, memory_budget)
+    return total <= budget and (cache is None or carry <= cache)
+
+
+def _cache_bytes(device, n_devices: int, memory_budget: int | None) -> int | None:
+    """The carried state one call should keep to, or None for no such limit. On
+    a CPU with the default budget, cache-sized: 10^6 runs in one call ran at 164 M
+    updates/s, in calls of 5 x 10^4 runs at 275 M/s (README, Performance)."""
+    if device.platform == "cpu" and memory_budget is None:
+        return CPU_CACHE_BYTES * n_devices
+    return None
 
 
 def default_budget(device) -> int:
@@ -284,11 +292,9 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     else:
         per_point = call_bytes(sz, 1, N, 1, False) - N * sz.per_seed
         grid = max(1, min(G_all, (budget - N * sz.per_seed) // max(per_point, 1)))
-        if device.platform == "cpu" and memory_budget is None:
-            # On a CPU the carried state of a call is best kept in cache: 10^6 runs in
-            # one call ran at 164 M updates/s, in calls of 5 x 10^4 runs at 275 M/s
-            # (README, Performance). Equal chunks share one compiled program.
-            fit = max(1, CPU_CACHE_BYTES * n_devices // (N * sz.carry))
+        cache = _cache_bytes(device, n_devices, memory_budget)
+        if cache is not None:
+            fit = max(1, cache // (N * sz.carry))  # equal chunks share one compiled program
             if fit < grid:
                 grid = -(-G_all // -(-G_all // fit))
     if not per_seed:  # the grid is split over the devices (a seed chunk splits its seeds)

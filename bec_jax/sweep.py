@@ -387,11 +387,11 @@ def _member(spec: SweepSpec, group: Group, k: int, dtype, tr_axis) -> _Member:
     return _Member(alg, traced, axes, check_axes, update)
 
 
-def _split(x: jax.Array, sizes: tuple, axis: int = 0) -> list:
-    """x cut along `axis` into consecutive parts of `sizes` (one part: x itself)."""
+def _split(x: jax.Array, sizes: tuple) -> list:
+    """x cut along its first axis into consecutive parts of `sizes` (one part: x itself)."""
     if len(sizes) == 1:
         return [x]
-    return jnp.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis)
+    return jnp.split(x, np.cumsum(sizes)[:-1].tolist())
 
 
 def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None = None,
@@ -399,7 +399,7 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
     """The traced pieces of a group's program: the context of a (seed, grid
     chunk, seed range), the start state, a run of log blocks, and the end.
 
-    `sweep_program` chains them once over the whole time axis; the segmented
+    `_whole_run` chains them once over the whole time axis; the segmented
     programs (`make_segment_programs`) call the same pieces over a part of the
     time axis or of the seeds, so every run does the same arithmetic either way.
     With `per_seed` the log blocks report each seed's metric values and alive
@@ -454,8 +454,7 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
     members = [_member(s, g, k, dtype, tr_axis) for s, g in ((spec, group), *others)]
 
     class Ctx(NamedTuple):
-        G: int
-        sizes: tuple
+        sizes: tuple       # each member's grid points (their sum: the program's)
         N: int
         tables: object
         hp_vals: list
@@ -476,7 +475,7 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
         else:
             env_idx = grids[0][ENV_INDEX]
             mets_g = [analysis.Metric(jnp.asarray(R)[env_idx], jnp.asarray(h)[env_idx]) for R, h in stacked]
-        return Ctx(sum(sizes), sizes, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
+        return Ctx(sizes, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
 
     def metric_values(ctx, states):
         w = [getattr(st, mb.alg.weights) for mb, st in zip(members, states)]
@@ -508,7 +507,7 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
                                                     else jnp.broadcast_to(x, (G, N) + x.shape)),
                 st0, mb.axes))
         states = tuple(states)
-        dstep = jnp.full((ctx.G, N), -1, jnp.int32)
+        dstep = jnp.full((sum(ctx.sizes), N), -1, jnp.int32)
         alive0 = dstep < 0
         if E == 1:  # one start for all: its metrics once (XLA folds them), broadcast
             vals0 = jnp.concatenate([jnp.broadcast_to(analysis.metric_values(
@@ -586,17 +585,21 @@ def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
     kern = _kernel(spec, group, chunk, on_block)
     whole = _whole_run(spec, kern)
 
-    def sweep_program(seed, grid):
+    def sweep_program(seed, grid):  # the name XLA's module gets (tests count compiles by it)
         return whole(seed, (grid,))
 
     mesh = _mesh(devices, chunk)
-    if mesh is not None:
-        spec_g = PartitionSpec(GRID_AXIS)
-        fn = jax.jit(jax.shard_map(sweep_program, mesh=mesh, in_specs=(PartitionSpec(), spec_g),
-                                   out_specs=spec_g, check_vma=False))
-    else:
-        fn = jax.jit(sweep_program)
-    return Program(spec=spec, group=group, fn=fn, chunk=chunk, mesh=mesh)
+    return Program(spec=spec, group=group, fn=_jit_over_grid(sweep_program, mesh), chunk=chunk, mesh=mesh)
+
+
+def _jit_over_grid(fn: Callable, mesh: Mesh | None) -> Callable:
+    """`jit(fn)` for fn(seed, grid inputs) -> outputs with the grid axis first;
+    with a mesh, each device runs its share of the grid (`shard_map`)."""
+    if mesh is None:
+        return jax.jit(fn)
+    spec_g = PartitionSpec(GRID_AXIS)
+    return jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=(PartitionSpec(), spec_g), out_specs=spec_g,
+                                 check_vma=False))
 
 
 def _whole_run(spec: SweepSpec, kern: _Kernel) -> Callable:
@@ -633,13 +636,8 @@ def make_joint_program(members: list, devices=None) -> Program:
     sizes = [size for *_, size in members]
     kern = _kernel(spec, group, sum(sizes), others=tuple((s, g) for s, g, _ in others))
     whole = _whole_run(spec, kern)
-    mesh = _mesh(devices, int(np.gcd.reduce(sizes)))
-    if mesh is not None:
-        fn = jax.jit(jax.shard_map(whole, mesh=mesh, in_specs=(PartitionSpec(), PartitionSpec(GRID_AXIS)),
-                                   out_specs=PartitionSpec(GRID_AXIS), check_vma=False))
-    else:
-        fn = jax.jit(whole)
-    return Program(spec=spec, group=group, fn=fn, chunk=sum(sizes), mesh=mesh)
+    mesh = _mesh(devices, int(np.gcd.reduce(sizes)))  # every member's size a multiple of the devices
+    return Program(spec=spec, group=group, fn=_jit_over_grid(whole, mesh), chunk=sum(sizes), mesh=mesh)
 
 
 def split_joint(out: dict, sizes: list, n_devices: int) -> list[dict]:
@@ -1491,7 +1489,8 @@ def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
     a compile is most of the cost of a small sweep. The rest run one by one
     with `run` (`shared_programs` tells which). A shared program's compile and
     run times are in the meta of the first sweep it ran (with `shared_program`,
-    the algorithms it ran)."""
+    the algorithms it ran, and `shared_program_index`, each sweep's place
+    among them; `cost_note` says it in a line)."""
     devices = list(devices) if devices is not None else jax.devices()
     out: list = [None] * len(specs)
     packs, plans = _packs(specs, devices)
@@ -1506,12 +1505,28 @@ def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
     return out
 
 
+def cost_note(r: SweepResult) -> str:
+    """What a result's sweep cost, for a log line: 'compile 1.21 s, run 0.05 s'
+    (with the shared program's algorithms for the first sweep of a `run_many`
+    program), or "in td's program" for a later sweep of one."""
+    m = r.meta
+    shared = m.get("shared_program")
+    if shared and m.get("shared_program_index", 0) > 0:
+        return f"in {shared[0]}'s program"
+    n = m.get("compiled_programs", 0)
+    return (f"{n} programs, " if n > 1 else "") + f"compile {m['compile_time_s']:.2f} s, run {m['run_time_s']:.2f} s" \
+        + (f" (one program for {', '.join(shared)})" if shared else "")
+
+
 def _run_joint(specs: list, plans: list, devices, compiler_options: dict | None) -> list[SweepResult]:
     """Sweeps that `run_many` found able to share one program (each with the
     memory plan it was judged by), run by one."""
     n_dev = len(devices)
-    groups = [plan_groups(spec)[0] for spec in specs]
-    chunks = [Chunk(0, _pad(np.arange(len(g.indices)), n_dev), len(g.indices)) for g in groups]
+    groups, chunks = [], []
+    for spec, pl in zip(specs, plans):
+        (group,), (chunk,) = plan(spec, pl.grid)  # one group, one chunk: why it could share
+        groups.append(group)
+        chunks.append(chunk._replace(indices=_pad(chunk.indices, n_dev)))
     sizes = [len(c.indices) for c in chunks]
     updates = sum(s.num_points * s.seeds * s.steps for s in specs)
     opts = compiler_options if compiler_options is not None else \
@@ -1545,7 +1560,8 @@ def _run_joint(specs: list, plans: list, devices, compiler_options: dict | None)
         first = m == 0
         ran = ChunkRun({0: {k: v[: chunk.n] for k, v in part.items()}}, compile_time if first else 0.0,
                        run_time if first else 0.0, made if first else 0, chunk.n if first else 0)
-        meta = {**_meta(spec, devices, pl, [group], [chunk], ran), "shared_program": names}
+        meta = {**_meta(spec, devices, pl, [group], [chunk], ran), "shared_program": names,
+                "shared_program_index": m}
         if first:
             meta["updates_per_s"] = updates / run_time if run_time > 0 else None
         results.append(assemble(spec, [group], [chunk], ran.results, meta))

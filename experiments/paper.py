@@ -71,14 +71,8 @@ def spec_for(env: str, algorithm: str, quick: bool = False) -> SweepSpec:
 
 
 def _log_sweep(env: str, alg: str, r: SweepResult, log=print) -> None:
-    m = r.meta
-    shared = m.get("shared_program")
-    if shared and shared[0] != alg:
-        how = f"in {shared[0]}'s program"
-    else:
-        how = f"compile {m['compile_time_s']:.2f} s, run {m['run_time_s']:.2f} s" + (
-            f" (one program for {', '.join(shared)})" if shared else "")
-    log(f"  {env:12s} {alg:5s} {r.num_points:4d} points x {r.spec.seeds} seeds x {r.spec.steps} steps: {how}")
+    log(f"  {env:12s} {alg:5s} {r.num_points:4d} points x {r.spec.seeds} seeds x {r.spec.steps} steps: "
+        f"{sweep.cost_note(r)}")
 
 
 CONFIRM_SEED = 1  # the base seed of the confirmation runs (the selection uses seed 0)
@@ -339,10 +333,9 @@ def save_figure(fig, out_dir: str, name: str) -> None:
     plotting.save_figure(fig, out_dir, name)
 
 
-def render_figure(name: str, out_dir: str, *args) -> str:
-    """Draws and saves one of the report's figure1* figures (in a worker
-    process): `args` are (results, metric)."""
-    save_figure(figure1(*args), out_dir, name)
+def render_figure1(name: str, out_dir: str, results: dict, metric: str | None) -> str:
+    """Draws and saves Figure 1 in `metric` as `name` (runs in a worker)."""
+    save_figure(figure1(results, metric), out_dir, name)
     return name
 
 
@@ -791,9 +784,9 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
     # do its two timescale runs. The programs are submitted at once to two
     # threads: XLA compiles outside the GIL, so two compile at a time on two
     # cores (the main sweeps first, as the rest waits on them). Matplotlib is
-    # slow and single-threaded; two spawned workers draw the 8 figures while the
-    # sweeps compile (spawn, not fork: forking a process that has started JAX is
-    # unsafe). Meanwhile the main thread does the rest of each environment's work
+    # slow and single-threaded; two workers (`_figure_context`) draw the 8 figures
+    # while the sweeps compile. Meanwhile the main thread does the rest of each
+    # environment's work
     # as soon as its sweeps are in: whatever is left after the last compile is
     # the run's tail.
     results: dict[str, dict[str, SweepResult]] = {}
@@ -818,7 +811,7 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
             pending.append(pool.submit(render_sensitivity, env, results[env], out_dir))
             rows += table_rows({env: results[env]})
             conf.update(confirm_all({env: together[env]}, log))
-        pending += [pool.submit(render_figure, name, out_dir, results, metric)
+        pending += [pool.submit(render_figure1, name, out_dir, results, metric)
                     for name, metric in (("figure1", None), ("figure1_rmspcbe", "rmspcbe"),
                                          ("figure1_fixpoint_distance", "fixpoint_distance"))]
         lemma = lemma_check()

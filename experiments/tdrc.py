@@ -133,14 +133,10 @@ def run_all(quick: bool = False, log=print, pool=None) -> dict[str, dict[str, Sw
 
     def one(env, keys):
         specs = [spec_for(key, env, quick) for key in keys]
-        rs = sweep.run_many(specs) if len(specs) > 1 else [sweep.run(specs[0], progress=False)]
+        rs = sweep.run_many(specs)
         for key, spec, r in zip(keys, specs, rs):
-            m = r.meta
-            shared = m.get("shared_program")
-            how = (f"in {shared[0]}'s program" if shared and shared[0] != spec.algorithm else
-                   f"{m['compiled_programs']} program(s), compile {m['compile_time_s']:.2f} s, "
-                   f"run {m['run_time_s']:.2f} s")
-            log(f"  {env:12s} {key:5s} {r.num_points:4d} points x {spec.seeds} seeds x {spec.steps} steps: {how}")
+            log(f"  {env:12s} {key:5s} {r.num_points:4d} points x {spec.seeds} seeds x {spec.steps} steps: "
+                f"{sweep.cost_note(r)}")
         return [((env, key), r) for key, r in zip(keys, rs)]
 
     jobs = [("baird", list(SWEEPS))] + [("random_walk", [key]) for key in SWEEPS]

@@ -53,6 +53,10 @@ def test_one_program_for_the_shareable_sweeps(together):
     assert all(r.meta["compiled_programs"] == 0 and r.meta["compile_time_s"] == 0.0 for r in together[1:5])
     for r in together[5:]:  # run alone, by `run`
         assert "shared_program" not in r.meta and r.meta["compiled_programs"] == 1
+    assert [r.meta["shared_program_index"] for r in together[:5]] == [0, 1, 2, 3, 4]
+    assert sweep.cost_note(together[1]) == "in td's program"
+    assert sweep.cost_note(together[0]).endswith("(one program for td, tdc, ctdc, etd, ctd_lambda)")
+    assert sweep.cost_note(together[5]).startswith("compile ")
 
 
 def test_the_shared_program_is_reused_for_another_seed(together):
