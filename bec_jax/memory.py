@@ -38,6 +38,7 @@ import numpy as np
 
 DEFAULT_BUDGET = 2 << 30        # bytes one compiled call may use by default
 STATE_COPIES = 6                # live copies of the learner state in the scan
+UNIFORM_COPIES = 8              # live copies of a log block's uniforms (two blocks drawn at once, see sweep)
 SEGMENT_UPDATES = 1_000_000_000  # updates per segment: a few seconds on a CPU, less on a GPU
 BLOCK_OVERHEAD = 5000           # a log block's fixed cost, in updates (the time bound of a segment)
 SEGMENT_REPORT_FRACTION = 4     # a segment's reports use at most budget / 4
@@ -158,7 +159,7 @@ def sizes(spec) -> Sizes:
     nu = sampling.NUM_UNIFORMS[spec.sampler]
     return Sizes(item=item, metrics=M, state=state,
                  per_run=STATE_COPIES * state + 8 + 5 * M * item,
-                 per_seed=3 * spec.log_every * nu * item + 32,
+                 per_seed=UNIFORM_COPIES * spec.log_every * nu * item + 32,
                  report_stats=3 * M * item + 4, report_seed=M * item + 1,
                  finals=2 * M * item + 4, carry=state + 8 + M * item,
                  log_points=spec.num_logs)

@@ -259,6 +259,70 @@ def test_light_and_full_compiles_give_the_same_bits(spec):
         np.testing.assert_array_equal(getattr(light, k), getattr(full, k), err_msg=k)
 
 
+def _both_frames(monkeypatch, fn):
+    """fn() with the log blocks run in pairs (`sweep.paired_frame`) and one at a
+    time, both with the fusion emitters: (paired, single)."""
+    out = []
+    for paired in (True, False):
+        sweep.clear_compiled()  # no program of the other frame from the memo
+        monkeypatch.setattr(sweep, "paired_frame", lambda opts, p=paired: p)
+        out.append(fn())
+    sweep.clear_compiled()
+    return out
+
+
+def _assert_same_bits(a, b):
+    for k in ("mean", "std", "sem", "alive", "final", "auc_seed", "diverged_step"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
+
+
+# 7 log blocks (odd: the last runs alone) and alpha = 2.0 diverging at the bound 10.
+DIVERGING_ODD = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.05, 2.0), beta=(0.1,), zeta=(0.5,), seeds=5,
+                          steps=70, log_every=10, divergence_bound=10.0)
+
+
+@pytest.mark.parametrize("case", ["whole", "segmented", "several-models"])
+def test_paired_log_blocks_give_the_same_bits(monkeypatch, case):
+    """Running the log blocks two an iteration (each with its first step outside
+    its loop) changes how XLA holds the state, never a result: every output as
+    with one block an iteration, with divergence (a reverted, frozen run), an odd
+    number of blocks, segments of 3 blocks with seed chunks of 2, and a group of
+    two models."""
+    dev = jax.devices()[:1]
+    opts = sweep.CPU_COMPILER_OPTIONS
+    if case == "several-models":
+        spec = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1, 3.0), env_params={"gamma": [0.5, 0.9]},
+                         seeds=3, steps=50, log_every=10, divergence_bound=10.0)
+        assert len(sweep.plan_groups(spec)[0].models) == 2
+    else:
+        spec = DIVERGING_ODD
+    kw = {"seed_chunk": 2, "segment_blocks": 3} if case == "segmented" else {}
+    paired, single = _both_frames(monkeypatch, lambda: sweep.run(spec, progress=False, devices=dev,
+                                                                 compiler_options=opts, **kw))
+    if case == "segmented":
+        assert paired.meta["seeds_per_call"] == 2 and paired.meta["blocks_per_segment"] == 3
+    d = paired.diverged_step
+    assert (d >= 0).any() and (d < 0).any()  # some runs reverted and frozen, some not
+    _assert_same_bits(paired, single)
+
+
+def test_paired_log_blocks_in_a_shared_program(monkeypatch):
+    """The same for a program shared by two sweeps (`run_many`), one diverging."""
+    dev = jax.devices()[:1]
+    specs = [DIVERGING_ODD, SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.05, 3.0), seeds=5, steps=70,
+                                      log_every=10, divergence_bound=10.0)]
+    paired, single = _both_frames(monkeypatch, lambda: sweep.run_many(specs, devices=dev,
+                                                                      compiler_options=sweep.CPU_COMPILER_OPTIONS))
+    assert paired[0].meta["shared_program"] == ["ctdc", "td"]
+    for a, b in zip(paired, single):
+        _assert_same_bits(a, b)
+
+
+def test_paired_frame_follows_the_emitters():
+    assert sweep.paired_frame(sweep.CPU_COMPILER_OPTIONS) and sweep.paired_frame({}) and sweep.paired_frame(None)
+    assert not sweep.paired_frame(sweep.CPU_LIGHT_OPTIONS)
+
+
 def test_default_compiler_options():
     small = SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), seeds=2, steps=10, log_every=10)
     assert sweep.default_compiler_options(small, "cpu") == sweep.CPU_LIGHT_OPTIONS

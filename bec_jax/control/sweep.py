@@ -115,9 +115,10 @@ class Program:
 
 
 def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on_block=None,
-                 keep_state: bool = False) -> Program:
-    """The program for chunks of `chunk` grid points (`on_block` is accepted for
-    the engine's interface and ignored: a control chunk reports when it ends).
+                 keep_state: bool = False, paired: bool = True) -> Program:
+    """The program for chunks of `chunk` grid points (`on_block` and `paired` are
+    accepted for the engine's interface and ignored: a control chunk reports when
+    it ends, and runs its own loop).
     With `keep_state` it also returns the final learner states ("state": a
     pytree of (chunk, seeds, ...) arrays)."""
     alg = spec.algorithm_def
