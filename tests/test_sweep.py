@@ -12,6 +12,7 @@ import pytest
 from bec_jax import algorithms, analysis, envs, sampling, sweep
 from bec_jax.results import SweepResult
 from bec_jax.spec import ScheduleSpec, SweepSpec
+from bec_jax.transition import Transition
 
 # 50 seeds: with fewer, a batch-shape-dependent rounding can go unnoticed.
 BAIRD = dict(env="baird", algorithm="ctdc", beta=(0.01, 0.1), zeta=(0.01, 0.05), seeds=50,
@@ -347,3 +348,52 @@ def test_sensitivity_panels_keep_labelled_minor_ticks(full):
     wide, narrow = axes[0, 0], axes[0, 1]
     assert wide.yaxis.get_minorticklocs().size == 0  # five decades
     assert narrow.yaxis.get_minorticklocs().size > 0  # 0.2 .. 1.5: less than a decade
+
+
+# Every built-in algorithm on Baird (off-policy: rho varies), alpha = 0.3 diverging.
+_HP = {"beta": (0.05,), "zeta": (0.05,)}
+SHARING_SPECS = [SweepSpec(env="baird", algorithm=name, alpha=(0.01, 0.3), seeds=8, steps=120, log_every=20,
+                           metrics=("rmspbe",),
+                           **{k: v for k, v in _HP.items() if k in algorithms.get(name).names})
+                 for name in algorithms.names()]
+
+
+def test_sharing_changes_no_bit_of_any_algorithm(monkeypatch):
+    """On a CPU the engine runs the updates under `algorithms.sharing` (each TD
+    error and dot product computed once a step): every built-in algorithm gives
+    the same bits as without it (one shared program each way)."""
+    def every(share):
+        sweep.clear_compiled()
+        monkeypatch.setattr(sweep, "_on_cpu", lambda devices: share)
+        return sweep.run_many(SHARING_SPECS, devices=jax.devices()[:1])
+
+    with_sharing, without = every(True), every(False)
+    sweep.clear_compiled()
+    assert with_sharing[0].meta["shared_program"] == list(algorithms.names())
+    for spec, a, b in zip(SHARING_SPECS, with_sharing, without):
+        _assert_same_bits(a, b)
+    diverged = [r.diverged_fraction[1] > 0 for r in with_sharing]
+    assert sum(diverged) >= 6, diverged  # the revert ran in most
+
+
+def test_sharing_puts_each_shared_value_behind_a_conditional():
+    """`algorithms.shared` is the identity outside `sharing`; inside, XLA gets a
+    conditional per TD error and dot product, so it cannot fuse (and recompute)
+    them into each consumer; the values are the same."""
+    alg = algorithms.get("ctdc")
+    st = alg.init(jnp.ones(4))._replace(u=jnp.arange(4.0))
+    t = Transition(jnp.array([1.0, 0.0, 0.5, 0.0]), jnp.float32(-3.0), jnp.float32(0.9),
+                   jnp.array([0.0, 1.0, 0.5, 0.0]), jnp.float32(1.0))
+    hp = {"alpha": 0.1, "beta": 0.05, "zeta": 0.05}
+
+    def upd(st, t, token):
+        with algorithms.sharing(token):
+            return alg.apply(st, t, hp)
+
+    # Arguments, not constants: XLA would fold a constant update at compile time.
+    plain = jax.jit(lambda st, t: alg.apply(st, t, hp))
+    inside = jax.jit(upd)
+    assert "conditional(" not in plain.lower(st, t).compile().as_text()
+    assert inside.lower(st, t, jnp.float32(0.5)).compile().as_text().count("conditional(") == 2  # delta, phi . u
+    for a, b in zip(jax.tree_util.tree_leaves(plain(st, t)), jax.tree_util.tree_leaves(inside(st, t, 0.5))):
+        np.testing.assert_array_equal(a, b)

@@ -18,7 +18,7 @@ import pkgutil
 import sys
 
 from bec_jax.algorithms.base import (Algorithm, Hyperparameter, StepSize, parameter, resolve as resolve_step,
-                                     step_size, td_error)
+                                     shared, sharing, step_size, td_error, vdot)
 
 _REGISTRY: dict[str, Algorithm] = {}
 
@@ -106,4 +106,4 @@ def _discover() -> None:
 _discover()
 
 __all__ = ["Algorithm", "Hyperparameter", "StepSize", "get", "names", "register", "resolve",
-           "import_attribute", "parameter", "step_size", "resolve_step", "td_error"]
+           "import_attribute", "parameter", "step_size", "resolve_step", "td_error", "vdot", "shared", "sharing"]
