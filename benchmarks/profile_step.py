@@ -95,7 +95,7 @@ def main(argv=None) -> None:
         passes = 0
         for line in body.splitlines():
             m = re.search(r"%(\S+) = (\S+) (fusion|copy|conditional)\(", line)
-            if m and "[]" not in m.group(2):
+            if m and f"{G},{N}" in m.group(2):
                 passes += 1
                 print(f"  {m.group(3):11s} {m.group(2)[:40]:40s} {m.group(1)}")
         print(f"{passes} passes over (G, N, ...) arrays per step")
