@@ -102,12 +102,14 @@ def _on_cpu(devices) -> bool:
     return (list(devices) if devices is not None else jax.devices())[0].platform == "cpu"
 
 
-def paired_frame(compiler_options: dict | None) -> bool:
-    """Whether a program compiled with `compiler_options` runs its log blocks in
-    pairs (`_kernel`'s `paired`): everywhere but with XLA:CPU's classic emitters
-    (`CPU_LIGHT_OPTIONS`, the compile-light choice), whose compile time grows by
-    half with the longer program (standard workload: 0.59 -> 0.91 s) where the
-    fusion emitters' barely moves (1.15 -> 1.21 s)."""
+def fast_program(compiler_options: dict | None) -> bool:
+    """Whether a program compiled with `compiler_options` takes its run-fast form
+    (`make_program`'s `fast`): everywhere but with XLA:CPU's classic emitters
+    (`CPU_LIGHT_OPTIONS`, the compile-light choice). With them the longer program
+    of paired log blocks compiles half as long again (standard workload: 0.59 ->
+    0.91 s, where the fusion emitters' barely moves: 1.15 -> 1.21 s), and
+    `algorithms.sharing` makes their loops slower (197 -> 165 M updates/s on one
+    core), not faster (fusion emitters: 223 -> 317 M)."""
     return bool((compiler_options or {}).get("xla_cpu_use_fusion_emitters", True))
 
 # ------------------------------------------------------------------ planning
@@ -435,11 +437,11 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
     outside its loop of steps, so the state needs no copy between blocks (about
     10% faster on the standard workload with the fusion emitters); the same
     arithmetic, bit for bit, in a program about twice as long (see
-    `paired_frame`).
+    `fast_program`).
 
     `share`: the updates run under `algorithms.sharing` (each TD error and dot
-    product computed once per step; about 1.6x as fast on a CPU, the same bits),
-    for programs on a CPU (`_on_cpu`)."""
+    product computed once per step; with the fusion emitters about 1.4x as fast
+    on a CPU, the same bits)."""
     dtype = jnp.dtype(spec.dtype)
     models = group.models
     E = len(models)
@@ -633,7 +635,7 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
 
 
 def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
-                 on_block: Callable | None = None, paired: bool = True) -> Program:
+                 on_block: Callable | None = None, fast: bool = True) -> Program:
     """Python-side setup for one group of `spec`: the models' sampler tables and
     metrics are baked in, and the returned program maps (base seed, grid chunk)
     -> statistics, over every seed and the whole time axis in one call.
@@ -643,9 +645,10 @@ def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
     `on_block(j)`, if given, is called on the host after log block j (1-based)
     every few blocks (one report per `UPDATES_PER_REPORT`, at most 100 a chunk),
     once per device holding a shard: a progress report, not a per-step callback.
-    `paired`: see `paired_frame` (the same results either way).
+    `fast`: the run-fast form (see `fast_program`): log blocks in pairs and, on a
+    CPU, the updates under `algorithms.sharing`; the same results either way.
     """
-    kern = _kernel(spec, group, chunk, on_block, paired=paired, share=_on_cpu(devices))
+    kern = _kernel(spec, group, chunk, on_block, paired=fast, share=fast and _on_cpu(devices))
     whole = _whole_run(spec, kern)
 
     def sweep_program(seed, grid):  # the name XLA's module gets (tests count compiles by it)
@@ -683,7 +686,7 @@ def _whole_run(spec: SweepSpec, kern: _Kernel) -> Callable:
     return whole
 
 
-def make_joint_program(members: list, devices=None, paired: bool = True) -> Program:
+def make_joint_program(members: list, devices=None, fast: bool = True) -> Program:
     """One program for several sweeps that differ only in their algorithm and its
     hyperparameters (same model, seeds, steps, sampler, metrics, schedule):
     `members` is a list of (spec, group, size), each group of one model, each
@@ -697,8 +700,8 @@ def make_joint_program(members: list, devices=None, paired: bool = True) -> Prog
     members' shares of that device in order; `split_joint` cuts them apart."""
     (spec, group, _), others = members[0], members[1:]
     sizes = [size for *_, size in members]
-    kern = _kernel(spec, group, sum(sizes), others=tuple((s, g) for s, g, _ in others), paired=paired,
-                   share=_on_cpu(devices))
+    kern = _kernel(spec, group, sum(sizes), others=tuple((s, g) for s, g, _ in others), paired=fast,
+                   share=fast and _on_cpu(devices))
     whole = _whole_run(spec, kern)
     mesh = _mesh(devices, int(np.gcd.reduce(sizes)))  # every member's size a multiple of the devices
     return Program(spec=spec, group=group, fn=_jit_over_grid(whole, mesh), chunk=sum(sizes), mesh=mesh)
@@ -751,7 +754,7 @@ class SegmentPrograms(NamedTuple):
 
 
 def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int, blocks: int,
-                          devices=None, paired: bool = True) -> SegmentPrograms:
+                          devices=None, fast: bool = True) -> SegmentPrograms:
     """The three programs of a segmented run of one group: `start` (the initial
     carry and the step-0 report), `advance` (`blocks` log blocks from block j0 on)
     and `finish` (the per-seed finals), for `chunk` grid points and `seeds`
@@ -769,7 +772,7 @@ def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int,
     by_seed = per_seed and n_dev > 1
     if by_seed and seeds % n_dev:
         raise ValueError(f"seeds: a seed chunk must be a multiple of the {n_dev} devices, got {seeds}")
-    kern = _kernel(spec, group, chunk, paired=paired, share=_on_cpu(devices))
+    kern = _kernel(spec, group, chunk, paired=fast, share=fast and _on_cpu(devices))
     local = seeds // n_dev if by_seed else seeds
 
     def ctx_of(seed, grid, offset):
@@ -1137,7 +1140,7 @@ def _segment_programs(spec, group: Group, size: int, devices, plan_seeds: int, b
     `jit` on first use (their inputs' shardings come from the programs)."""
     L = spec.steps // spec.log_every
     lengths = sorted({n for _, n in _segment_list(L, blocks)})
-    sps = {n: make_segment_programs(spec, group, size, plan_seeds, n, devices, paired_frame(compiler_options))
+    sps = {n: make_segment_programs(spec, group, size, plan_seeds, n, devices, fast_program(compiler_options))
            for n in lengths}
     sp = sps[lengths[-1]]
     off = np.int32(0)
@@ -1272,7 +1275,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                         mesh = _segment_mesh(devices, size, by_seed)
                     else:
                         program = eng.make_program(spec, groups[c.group], size, devices, on_block=bar,
-                                                   paired=paired_frame(opts))
+                                                   fast=fast_program(opts))
                         mesh = program.mesh
                     placed = _placements(mesh, devices[0], by_seed)
                     seed_dev = _place(seed, placed[0])
@@ -1608,7 +1611,7 @@ def _run_joint(specs: list, plans: list, devices, compiler_options: dict | None)
 
     hit, made = _memo_get(memo), 0
     if hit is None:
-        program = make_joint_program(list(zip(specs, groups, sizes)), devices, paired_frame(opts))
+        program = make_joint_program(list(zip(specs, groups, sizes)), devices, fast_program(opts))
         placed = _placements(program.mesh, devices[0])
         args = inputs(placed)
         hit, made = (program.fn.lower(*args).compile(opts or None), placed), 1

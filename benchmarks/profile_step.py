@@ -9,8 +9,8 @@ visible: the full program's rate over the shared bare loop's (the same update),
 against issue 15's target of at least 90%. Both are medians of
 `--repeats` timed calls (after a warm-up) in the same process, taken in
 alternating rounds, and the device they ran on is printed. The full program is
-compiled as a long sweep's is (the fusion emitters, log blocks in pairs:
-`sweep.paired_frame`).
+compiled as a long sweep's is (the fusion emitters, in its run-fast form:
+`sweep.fast_program`).
 
 One device on one core: the process pins itself to one core before JAX starts
 (`--no-pin` leaves it), so both rates are per core. Unpinned on a 2-core machine,
@@ -125,7 +125,7 @@ def main(argv=None) -> None:
     if spec is not None:  # the standard workload, on the same one device
         full = statistics.median(full)
         ratio = full / rate[True]
-        print(f"full sweep (sampling + logging every 10 steps; its updates under sharing, as on every CPU), "
+        print(f"full sweep (sampling + logging every 10 steps; its updates under sharing, as with the fusion emitters on a CPU), "
               f"one device: {full / 1e6:.0f} M updates/s (median of {args.repeats})")
         print(f"  = {ratio:.0%} of the bare loop under sharing (target >= 90%: {'met' if ratio >= 0.9 else 'NOT MET'}), "
               f"{full / rate[False]:.0%} of the bare loop of the update function alone")

@@ -55,9 +55,9 @@ def reference():
 def test_estimate_bounds_xla_buffer_assignment(env, alg, hp, seeds, G, K, L):
     """The model's bytes per call are never below what XLA allocates for the
     program (arguments + outputs + temporaries) and at most 3x it, for the whole
-    program and for a seed chunk's segment program, with the log blocks run in
-    pairs (`sweep.paired_frame`: two blocks' uniforms live at once) and one at a
-    time."""
+    program and for a seed chunk's segment program, in the run-fast form
+    (`sweep.fast_program`: log blocks in pairs, two blocks' uniforms live at once)
+    and without it."""
     hp = {k: (list(np.linspace(0.01, 0.1, G)) if v is None else v) for k, v in hp.items()}
     spec = SweepSpec(env=env, algorithm=alg, hyperparameters=hp, steps=K * L, seeds=seeds, log_every=K)
     groups, chunks = sweep.plan(spec, G)
@@ -71,13 +71,13 @@ def test_estimate_bounds_xla_buffer_assignment(env, alg, hp, seeds, G, K, L):
     sz = memory.sizes(spec)
     est = memory.call_bytes(sz, G, seeds, L, False)
     est_seg = memory.call_bytes(sz, G, seeds // 2, 2, True)
-    for paired in (True, False):
-        full = xla(sweep.make_program(spec, groups[0], G, dev, paired=paired).fn.lower(np.uint32(0), grid).compile())
-        assert 1.0 <= est / full <= 3.0, (paired, est, full)
-        sp = sweep.make_segment_programs(spec, groups[0], G, seeds // 2, 2, dev, paired=paired)
+    for fast in (True, False):
+        full = xla(sweep.make_program(spec, groups[0], G, dev, fast=fast).fn.lower(np.uint32(0), grid).compile())
+        assert 1.0 <= est / full <= 3.0, (fast, est, full)
+        sp = sweep.make_segment_programs(spec, groups[0], G, seeds // 2, 2, dev, fast=fast)
         carry = jax.eval_shape(sp.start, np.uint32(0), grid, np.int32(0))[0]
         seg = xla(sp.advance.lower(np.uint32(0), grid, np.int32(0), carry, np.int32(0)).compile())
-        assert 1.0 <= est_seg / seg <= 3.0, (paired, est_seg, seg)
+        assert 1.0 <= est_seg / seg <= 3.0, (fast, est_seg, seg)
 
 
 def test_plan_chunks_seeds_only_when_a_point_does_not_fit():

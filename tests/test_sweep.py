@@ -261,12 +261,13 @@ def test_light_and_full_compiles_give_the_same_bits(spec):
 
 
 def _both_frames(monkeypatch, fn):
-    """fn() with the log blocks run in pairs (`sweep.paired_frame`) and one at a
-    time, both with the fusion emitters: (paired, single)."""
+    """fn() with the programs in their run-fast form (`sweep.fast_program`: log
+    blocks in pairs, updates under `algorithms.sharing`) and without it, both
+    with the fusion emitters: (fast, plain)."""
     out = []
-    for paired in (True, False):
-        sweep.clear_compiled()  # no program of the other frame from the memo
-        monkeypatch.setattr(sweep, "paired_frame", lambda opts, p=paired: p)
+    for fast in (True, False):
+        sweep.clear_compiled()  # no program of the other form from the memo
+        monkeypatch.setattr(sweep, "fast_program", lambda opts, f=fast: f)
         out.append(fn())
     sweep.clear_compiled()
     return out
@@ -284,11 +285,11 @@ DIVERGING_ODD = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.05, 2.0)
 
 @pytest.mark.parametrize("case", ["whole", "segmented", "several-models"])
 def test_paired_log_blocks_give_the_same_bits(monkeypatch, case):
-    """Running the log blocks two an iteration (each with its first step outside
-    its loop) changes how XLA holds the state, never a result: every output as
-    with one block an iteration, with divergence (a reverted, frozen run), an odd
-    number of blocks, segments of 3 blocks with seed chunks of 2, and a group of
-    two models."""
+    """The run-fast form (log blocks two an iteration, each with its first step
+    outside its loop; the updates under `algorithms.sharing`) changes how XLA
+    holds the state, never a result: every output as without it, with divergence
+    (a reverted, frozen run), an odd number of blocks, segments of 3 blocks with
+    seed chunks of 2, and a group of two models."""
     dev = jax.devices()[:1]
     opts = sweep.CPU_COMPILER_OPTIONS
     if case == "several-models":
@@ -319,9 +320,9 @@ def test_paired_log_blocks_in_a_shared_program(monkeypatch):
         _assert_same_bits(a, b)
 
 
-def test_paired_frame_follows_the_emitters():
-    assert sweep.paired_frame(sweep.CPU_COMPILER_OPTIONS) and sweep.paired_frame({}) and sweep.paired_frame(None)
-    assert not sweep.paired_frame(sweep.CPU_LIGHT_OPTIONS)
+def test_fast_program_follows_the_emitters():
+    assert sweep.fast_program(sweep.CPU_COMPILER_OPTIONS) and sweep.fast_program({}) and sweep.fast_program(None)
+    assert not sweep.fast_program(sweep.CPU_LIGHT_OPTIONS)
 
 
 def test_default_compiler_options():
