@@ -26,6 +26,9 @@ The pieces: `plan` (groups and chunks), `make_program` (compile), `run_chunks`
 (execute, with resume), `assemble` (the `SweepResult`); `run` does all four.
 `run_many` runs several sweeps, one program for those that differ only in
 algorithm and step sizes (`make_joint_program`), each result as `run` gives it.
+Compiled with XLA's fusion emitters a program takes its run-fast form
+(`fast_program`: updates under `algorithms.sharing`, log blocks in pairs), with
+the same results.
 """
 from __future__ import annotations
 
@@ -66,9 +69,11 @@ UNROLL = 1
 # measurable loss of run time (measured on the paper's sweeps); see README.
 CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1}
 # XLA:CPU's classic loop emitters instead of its MLIR fusion emitters: compiles in
-# about 60% of the time, runs about 15% slower, bit for bit the same results
-# (standard workload: 0.89 against 1.44 s, 279 against 326 M updates/s). Below
-# about 10^9 updates the compile saved is worth more than the run time lost.
+# under half the time, runs about 20% slower (the fusion emitters' programs take
+# the run-fast form, `fast_program`), bit for bit the same results (standard
+# workload on two devices: 0.74 against 1.80 s, 416 against 533 M updates/s).
+# Below 10^9 updates the compile saved is worth about as much as the run time
+# lost, or more.
 CPU_LIGHT_OPTIONS = {**CPU_COMPILER_OPTIONS, "xla_cpu_use_fusion_emitters": False}
 LIGHT_COMPILE_UPDATES = 1_000_000_000
 
@@ -434,14 +439,14 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
     one grid chunk per member.
 
     `paired`: the log blocks run two an iteration, each with its first step
-    outside its loop of steps, so the state needs no copy between blocks (about
-    10% faster on the standard workload with the fusion emitters); the same
-    arithmetic, bit for bit, in a program about twice as long (see
+    outside its loop of steps, so the state needs no copy between blocks (one
+    core, fusion emitters, standard workload: 197 -> 206-214 M updates/s); the
+    same arithmetic, bit for bit, in a program about twice as long (see
     `fast_program`).
 
     `share`: the updates run under `algorithms.sharing` (each TD error and dot
-    product computed once per step; with the fusion emitters about 1.4x as fast
-    on a CPU, the same bits)."""
+    product computed once a step; with the fusion emitters on one core the
+    standard workload runs at 310 against 214 M updates/s, the same bits)."""
     dtype = jnp.dtype(spec.dtype)
     models = group.models
     E = len(models)
