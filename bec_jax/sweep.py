@@ -316,8 +316,9 @@ def _seed_stats(values, alive, exact_ties: bool = False, xp=jnp, count=None):
 
     values: (M, G, N); alive: (G, N); count: alive.sum(-1) if the caller has it
     (the program does: counting again from the (M, G, N) broadcast was a slow
-    pass). Returns three (M, G) arrays, NaN where no run is alive. Dead runs are masked with `where`, never multiplied, so their values
-    cannot leak NaN or inf into the statistics. With `exact_ties` (used at step 0,
+    pass). Returns three (M, G) arrays, NaN where no run is alive. Dead runs are
+    masked with `where`, never multiplied, so their values cannot leak NaN or
+    inf into the statistics. With `exact_ties` (used at step 0,
     where every seed starts from theta0), a point whose alive seeds all have the
     same value gets that value as its mean and exactly 0 as its spread, whatever
     the rounding of the sum; it costs two more reductions, so the log steps inside
@@ -611,8 +612,8 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
             return jax.lax.scan(one, carry, js)
 
         # Two log blocks an iteration: the state moves between two buffers and is
-        # back in the loop's own after the second, where one block a turn ends with
-        # a copy into it. The two blocks' uniforms are drawn together.
+        # back in the loop's own after the second, where a loop of single blocks
+        # copies it back after each. The two blocks' uniforms are drawn together.
         def two(c, jj):
             u = jax.vmap(lambda j: draw(ctx, j))(jj)
             c, y0 = block(ctx, c, jj[0], u[0], per_seed)

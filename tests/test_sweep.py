@@ -183,7 +183,10 @@ s = sweep.run(spec, chunk_size=int(sys.argv[2]), seed_chunk=28, segment_blocks=3
 # One program for two sweeps, the grid of each split over the devices (TD's 3
 # points padded to 4).
 j = sweep.run_many([spec, spec.replace(algorithm="td", hyperparameters={"alpha": (0.3, 0.005, 0.01)})])
+# The run-fast form (fusion emitters: paired blocks, updates under sharing) over the devices.
+f = sweep.run(spec, chunk_size=int(sys.argv[2]), compiler_options=sweep.CPU_COMPILER_OPTIONS)
 np.savez(sys.argv[3], mean=r.mean, final=r.final, dstep=r.diverged_step, ndev=len(jax.devices()),
+         fast_mean=f.mean, fast_std=f.std, fast_final=f.final, fast_dstep=f.diverged_step,
          joint_mean=j[0].mean, joint_final=j[0].final, joint_td_mean=j[1].mean, joint_td_final=j[1].final,
          joint_td_std=j[1].std, joint_shared=j[1].meta["shared_program"],
          seg_mean=s.mean, seg_std=s.std, seg_sem=s.sem, seg_final=s.final, seg_dstep=s.diverged_step,
@@ -203,6 +206,8 @@ def test_device_count_independence(full, tmp_path):
     # Bitwise: the program has no reduction whose order depends on the batch shape.
     np.testing.assert_array_equal(z["mean"], full.mean)
     np.testing.assert_array_equal(z["final"], full.final)
+    for k, v in (("mean", full.mean), ("std", full.std), ("final", full.final), ("dstep", full.diverged_step)):
+        np.testing.assert_array_equal(z[f"fast_{k}"], v, err_msg=f"run-fast form over 4 devices: {k}")
     # Seed chunks (the host takes the statistics over seeds): bit for bit too.
     assert z["seg_layout"].tolist() == [28, 3]
     np.testing.assert_array_equal(z["seg_final"], full.final)
@@ -366,7 +371,8 @@ def test_sharing_changes_no_bit_of_any_algorithm(monkeypatch):
     def every(share):
         sweep.clear_compiled()
         monkeypatch.setattr(sweep, "_on_cpu", lambda devices: share)
-        return sweep.run_many(SHARING_SPECS, devices=jax.devices()[:1])
+        # The fusion emitters: the run-fast form, whose updates run under sharing on a CPU.
+        return sweep.run_many(SHARING_SPECS, devices=jax.devices()[:1], compiler_options=sweep.CPU_COMPILER_OPTIONS)
 
     with_sharing, without = every(True), every(False)
     sweep.clear_compiled()

@@ -45,11 +45,12 @@ def sharing(token: jax.Array):
     Without it XLA:CPU fuses such a per-example scalar into each of its
     consumers (one loop per updated vector) and recomputes it in each; the
     updated vectors then cannot be written in place, and the while loop copies
-    them every step. With it the standard workload's bare CTDC loop runs 1.6x
-    as fast, bit for bit the same. The barrier is a `lax.cond` on `token >= 0`:
-    `token` must be a nonnegative integer XLA cannot fold, traced outside the
-    `vmap` (the sweep engine passes its step index). Use it on a CPU: elsewhere
-    a conditional can cost a round trip to the host."""
+    them every step. With it the standard workload's bare CTDC loop runs 1.7x
+    as fast on one core (242 -> 409 M updates/s, XLA's default fusion emitters),
+    bit for bit the same. The barrier is a `lax.cond` on `token >= 0`: `token`
+    must be a nonnegative number XLA cannot fold, traced outside the `vmap` (the
+    sweep engine passes one of the step's uniforms). Use it on a CPU: elsewhere a
+    conditional can cost a round trip to the host."""
     reset = _SHARING.set(token)
     try:
         yield
