@@ -313,21 +313,21 @@ def test_paired_log_blocks_give_the_same_bits(monkeypatch, case):
     _assert_same_bits(paired, single)
 
 
-def test_paired_log_blocks_in_a_shared_program(monkeypatch):
-    """The same for a program shared by two sweeps (`run_many`), one diverging."""
-    dev = jax.devices()[:1]
-    specs = [DIVERGING_ODD, SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.05, 3.0), seeds=5, steps=70,
-                                      log_every=10, divergence_bound=10.0)]
-    paired, single = _both_frames(monkeypatch, lambda: sweep.run_many(specs, devices=dev,
-                                                                      compiler_options=sweep.CPU_COMPILER_OPTIONS))
-    assert paired[0].meta["shared_program"] == ["ctdc", "td"]
-    for a, b in zip(paired, single):
-        _assert_same_bits(a, b)
-
-
 def test_fast_program_follows_the_emitters():
     assert sweep.fast_program(sweep.CPU_COMPILER_OPTIONS) and sweep.fast_program({}) and sweep.fast_program(None)
     assert not sweep.fast_program(sweep.CPU_LIGHT_OPTIONS)
+    # On a CPU the run-fast form shares the TD error and phi . u of each step (one
+    # conditional each, in the peeled and the looped step of both paired blocks);
+    # the plain form has only the revert's conditional.
+    groups, chunks = sweep.plan(DIVERGING_ODD, 2)
+    grid = sweep.chunk_grid(DIVERGING_ODD, groups[0], chunks[0])
+    dev = jax.devices()[:1]
+
+    def conditionals(fast):
+        prog = sweep.make_program(DIVERGING_ODD, groups[0], 2, dev, fast=fast)
+        return prog.fn.lower(np.uint32(0), grid).as_text().count("stablehlo.case")
+
+    assert conditionals(False) == 1 and conditionals(True) >= 9
 
 
 def test_default_compiler_options():
@@ -364,22 +364,16 @@ SHARING_SPECS = [SweepSpec(env="baird", algorithm=name, alpha=(0.01, 0.3), seeds
                  for name in algorithms.names()]
 
 
-def test_sharing_changes_no_bit_of_any_algorithm(monkeypatch):
-    """On a CPU the engine runs the updates under `algorithms.sharing` (each TD
-    error and dot product computed once a step): every built-in algorithm gives
-    the same bits as without it (one shared program each way)."""
-    def every(share):
-        sweep.clear_compiled()
-        monkeypatch.setattr(sweep, "_on_cpu", lambda devices: share)
-        # The fusion emitters: the run-fast form, whose updates run under sharing on a CPU.
-        return sweep.run_many(SHARING_SPECS, devices=jax.devices()[:1], compiler_options=sweep.CPU_COMPILER_OPTIONS)
-
-    with_sharing, without = every(True), every(False)
-    sweep.clear_compiled()
-    assert with_sharing[0].meta["shared_program"] == list(algorithms.names())
-    for spec, a, b in zip(SHARING_SPECS, with_sharing, without):
+def test_run_fast_form_changes_no_bit_of_any_algorithm(monkeypatch):
+    """The run-fast form (updates under `algorithms.sharing`, each TD error and
+    dot product computed once a step; log blocks in pairs) in a program shared by
+    every built-in algorithm: each gives the same bits as in the plain form."""
+    fast, plain = _both_frames(monkeypatch, lambda: sweep.run_many(
+        SHARING_SPECS, devices=jax.devices()[:1], compiler_options=sweep.CPU_COMPILER_OPTIONS))
+    assert fast[0].meta["shared_program"] == list(algorithms.names())
+    for a, b in zip(fast, plain):
         _assert_same_bits(a, b)
-    diverged = [r.diverged_fraction[1] > 0 for r in with_sharing]
+    diverged = [r.diverged_fraction[1] > 0 for r in fast]
     assert sum(diverged) >= 6, diverged  # the revert ran in most
 
 
