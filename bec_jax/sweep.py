@@ -441,7 +441,7 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
 
     `paired`: the log blocks run two an iteration, each with its first step
     outside its loop of steps, so the state needs no copy between blocks (one
-    core, fusion emitters, standard workload: 197 -> 206-214 M updates/s); the
+    core, fusion emitters, standard workload: 205-208 -> 214-222 M updates/s); the
     same arithmetic, bit for bit, in a program about twice as long (see
     `fast_program`).
 
