@@ -64,7 +64,7 @@ def bare_update_loop(name: str, steps: int, share: bool = False):
 
     def body(s, xs):
         p, pn, r = xs
-        # A reward (uniform in [0, 1)): a nonnegative number XLA cannot fold.
+        # A reward (here a uniform): a number XLA cannot fold.
         with algorithms.sharing(r[0]) if share else contextlib.nullcontext():
             return update(s, Transition(p, r, jnp.full_like(r, 0.9), pn, jnp.ones_like(r)), grid), None
 
