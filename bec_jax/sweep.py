@@ -109,7 +109,7 @@ def _on_cpu(devices) -> bool:
 
 def fast_program(compiler_options: dict | None) -> bool:
     """Whether a program compiled with `compiler_options` takes its run-fast form
-    (`make_program`'s `fast`): everywhere but with XLA:CPU's classic emitters
+    (`make_program`'s `fast`, see `_kernel`): everywhere but with XLA:CPU's classic emitters
     (`CPU_LIGHT_OPTIONS`, the compile-light choice). With them the longer program
     of paired log blocks compiles half as long again (standard workload: 0.59 ->
     0.91 s, where the fusion emitters' barely moves: 1.15 -> 1.21 s), and
@@ -346,6 +346,13 @@ def _seed_stats(values, alive, exact_ties: bool = False, xp=jnp, count=None):
     return mean.astype(values.dtype), std.astype(values.dtype), sem.astype(values.dtype)
 
 
+def _log_point(values, alive, exact_ties: bool = False, xp=jnp) -> tuple:
+    """A log point's report: mean, std and sem over the seeds (`_seed_stats`) and
+    the alive count (int32), counted once for both."""
+    count = alive.sum(-1).astype(xp.int32)
+    return (*_seed_stats(values, alive, exact_ties, xp, count=count), count)
+
+
 @dataclass
 class Program:
     """A compiled-on-demand program for one group and a fixed chunk size.
@@ -421,7 +428,7 @@ def _split(x: jax.Array, sizes: tuple) -> list:
 
 
 def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None = None,
-            others: tuple = (), paired: bool = True, share: bool = False) -> _Kernel:
+            others: tuple = (), fast: bool = True, devices=None) -> _Kernel:
     """The traced pieces of a group's program: the context of a (seed, grid
     chunk, seed range), the start state, a run of log blocks, and the end.
 
@@ -439,15 +446,14 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
     are shared, over the members' grid points laid end to end. `grids` holds
     one grid chunk per member.
 
-    `paired`: the log blocks run two an iteration, each with its first step
-    outside its loop of steps, so the state needs no copy between blocks (one
-    core, fusion emitters, standard workload: 205-208 -> 214-222 M updates/s); the
-    same arithmetic, bit for bit, in a program about twice as long (see
-    `fast_program`).
-
-    `share`: the updates run under `algorithms.sharing` (each TD error and dot
-    product computed once a step; with the fusion emitters on one core the
-    standard workload runs at 310 against 214 M updates/s, the same bits)."""
+    `fast`: the run-fast form (see `fast_program`), the same arithmetic bit for
+    bit. Its log blocks run two an iteration, each with its first step outside
+    its loop of steps, so the state needs no copy between blocks (one core,
+    fusion emitters, standard workload: 205-208 -> 214-222 M updates/s), in a
+    program about twice as long; and on a CPU (`devices`, None: JAX's default)
+    the updates run under `algorithms.sharing`, each TD error and dot product
+    computed once a step (310 against 214 M updates/s)."""
+    paired, share = fast, fast and _on_cpu(devices)
     dtype = jnp.dtype(spec.dtype)
     models = group.models
     E = len(models)
@@ -520,8 +526,7 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
     def report(vals, keep, per_seed, exact_ties=False):
         if per_seed:
             return vals, keep
-        count = keep.sum(-1).astype(jnp.int32)
-        return (*_seed_stats(vals, keep, exact_ties, count=count), count)
+        return _log_point(vals, keep, exact_ties)
 
     def start(ctx, per_seed):
         N = ctx.N
@@ -654,7 +659,7 @@ def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
     `fast`: the run-fast form (see `fast_program`): log blocks in pairs and, on a
     CPU, the updates under `algorithms.sharing`; the same results either way.
     """
-    kern = _kernel(spec, group, chunk, on_block, paired=fast, share=fast and _on_cpu(devices))
+    kern = _kernel(spec, group, chunk, on_block, fast=fast, devices=devices)
     whole = _whole_run(spec, kern)
 
     def sweep_program(seed, grid):  # the name XLA's module gets (tests count compiles by it)
@@ -706,8 +711,8 @@ def make_joint_program(members: list, devices=None, fast: bool = True) -> Progra
     members' shares of that device in order; `split_joint` cuts them apart."""
     (spec, group, _), others = members[0], members[1:]
     sizes = [size for *_, size in members]
-    kern = _kernel(spec, group, sum(sizes), others=tuple((s, g) for s, g, _ in others), paired=fast,
-                   share=fast and _on_cpu(devices))
+    kern = _kernel(spec, group, sum(sizes), others=tuple((s, g) for s, g, _ in others), fast=fast,
+                   devices=devices)
     whole = _whole_run(spec, kern)
     mesh = _mesh(devices, int(np.gcd.reduce(sizes)))  # every member's size a multiple of the devices
     return Program(spec=spec, group=group, fn=_jit_over_grid(whole, mesh), chunk=sum(sizes), mesh=mesh)
@@ -778,7 +783,7 @@ def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int,
     by_seed = per_seed and n_dev > 1
     if by_seed and seeds % n_dev:
         raise ValueError(f"seeds: a seed chunk must be a multiple of the {n_dev} devices, got {seeds}")
-    kern = _kernel(spec, group, chunk, paired=fast, share=fast and _on_cpu(devices))
+    kern = _kernel(spec, group, chunk, fast=fast, devices=devices)
     local = seeds // n_dev if by_seed else seeds
 
     def ctx_of(seed, grid, offset):
@@ -1033,10 +1038,10 @@ class MemoryOutputs:
         blocks, with `logs` (what `arrays` gave) written up to there."""
 
 
-def _host_seed_stats(values: np.ndarray, alive: np.ndarray, exact_ties: bool) -> tuple:
-    """`_seed_stats` on the host, for a seed-chunked run (see there)."""
+def _host_log_point(values: np.ndarray, alive: np.ndarray, exact_ties: bool) -> tuple:
+    """`_log_point` on the host, for a seed-chunked run (see `_seed_stats`)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return _seed_stats(values, alive, exact_ties, xp=np)
+        return _log_point(values, alive, exact_ties, xp=np)
 
 
 def _combine_seeds(reports: list, N: int, exact_ties: bool) -> tuple:
@@ -1048,7 +1053,7 @@ def _combine_seeds(reports: list, N: int, exact_ties: bool) -> tuple:
     for t in range(n):
         vals = np.concatenate([np.asarray(r[0][t]) for r in reports], axis=-1)[..., :N]
         alive = np.concatenate([np.asarray(r[1][t]) for r in reports], axis=-1)[..., :N]
-        for lst, x in zip(out, (*_host_seed_stats(vals, alive, exact_ties), alive.sum(-1).astype(np.int32))):
+        for lst, x in zip(out, _host_log_point(vals, alive, exact_ties)):
             lst.append(x)
     return tuple(np.stack(x) for x in out)
 

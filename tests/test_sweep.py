@@ -265,7 +265,7 @@ def test_light_and_full_compiles_give_the_same_bits(spec):
         np.testing.assert_array_equal(getattr(light, k), getattr(full, k), err_msg=k)
 
 
-def _both_frames(monkeypatch, fn):
+def _both_forms(monkeypatch, fn):
     """fn() with the programs in their run-fast form (`sweep.fast_program`: log
     blocks in pairs, updates under `algorithms.sharing`) and without it, both
     with the fusion emitters: (fast, plain)."""
@@ -289,7 +289,7 @@ DIVERGING_ODD = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.05, 2.0)
 
 
 @pytest.mark.parametrize("case", ["whole", "segmented", "several-models"])
-def test_paired_log_blocks_give_the_same_bits(monkeypatch, case):
+def test_run_fast_form_gives_the_same_bits(monkeypatch, case):
     """The run-fast form (log blocks two an iteration, each with its first step
     outside its loop; the updates under `algorithms.sharing`) changes how XLA
     holds the state, never a result: every output as without it, with divergence
@@ -304,7 +304,7 @@ def test_paired_log_blocks_give_the_same_bits(monkeypatch, case):
     else:
         spec = DIVERGING_ODD
     kw = {"seed_chunk": 2, "segment_blocks": 3} if case == "segmented" else {}
-    paired, single = _both_frames(monkeypatch, lambda: sweep.run(spec, progress=False, devices=dev,
+    paired, single = _both_forms(monkeypatch, lambda: sweep.run(spec, progress=False, devices=dev,
                                                                  compiler_options=opts, **kw))
     if case == "segmented":
         assert paired.meta["seeds_per_call"] == 2 and paired.meta["blocks_per_segment"] == 3
@@ -368,7 +368,7 @@ def test_run_fast_form_changes_no_bit_of_any_algorithm(monkeypatch):
     """The run-fast form (updates under `algorithms.sharing`, each TD error and
     dot product computed once a step; log blocks in pairs) in a program shared by
     every built-in algorithm: each gives the same bits as in the plain form."""
-    fast, plain = _both_frames(monkeypatch, lambda: sweep.run_many(
+    fast, plain = _both_forms(monkeypatch, lambda: sweep.run_many(
         SHARING_SPECS, devices=jax.devices()[:1], compiler_options=sweep.CPU_COMPILER_OPTIONS))
     assert fast[0].meta["shared_program"] == list(algorithms.names())
     for a, b in zip(fast, plain):
