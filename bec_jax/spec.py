@@ -529,7 +529,7 @@ class SweepSpec:
         extra = {_canonical_name(k): d.pop(k) for k in list(d) if k not in FIELDS}
         for k in extra:
             if k not in alg.names:
-                raise ValueError(f"{k}: unknown field; {alg.name} takes {', '.join(alg.names) or 'no hyperparameters'}"
+                raise ValueError(f"{_key(k)}: unknown field; {alg.name} takes {', '.join(alg.names) or 'no hyperparameters'}"
                                  f"; other fields: {', '.join(FIELDS)}")
         hp = dict(d.pop("hyperparameters", None) or {})
         for k, v in extra.items():

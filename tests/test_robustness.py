@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from bec_jax import algorithms, analysis, sampling, sweep
 from bec_jax import mdp as mdp_lib
@@ -414,6 +414,7 @@ def test_spec_validator_accepts_or_raises_value_error(kw):
 @given(st.one_of(st.dictionaries(st.one_of(st.sampled_from(list(_FIELD_VALUES) + ["out", "chunk"]),
                                            st.text(max_size=5), st.integers()), _value, max_size=6),
                  st.fixed_dictionaries({}, optional=_FIELD_VALUES), _value))
+@example({"\n": None})  # found by hypothesis: the key went into the message raw, a line break with it
 def test_spec_from_dict_accepts_or_raises_value_error(d):
     _accepts_or_value_error(lambda: SweepSpec.from_dict(d))
 
