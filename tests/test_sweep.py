@@ -399,3 +399,38 @@ def test_sharing_puts_each_shared_value_behind_a_conditional():
     for token in (0.5, -1.0):  # either branch runs: the same values
         for a, b in zip(jax.tree_util.tree_leaves(plain(st, t)), jax.tree_util.tree_leaves(inside(st, t, token))):
             np.testing.assert_array_equal(a, b)
+
+
+def _padded_halving(x, op, pad, xp=np):
+    """The statistics' reduction as first written: pad to a power of two, then halve."""
+    n = x.shape[-1]
+    width = 1 << max(0, (n - 1).bit_length())
+    x = xp.concatenate([x, xp.full(x.shape[:-1] + (width - n,), pad, x.dtype)], axis=-1)
+    while x.shape[-1] > 1:
+        x = op(x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:])
+    return x[..., 0]
+
+
+def test_tree_reduce_is_the_padded_pairwise_halving():
+    """`_tree_reduce` (which never makes the padded array) gives the bits of the
+    padded halving for every seed count, on the host and in a program, signed
+    zeros included (on the host -0 + 0 is +0, so the pad's additions must all
+    happen; XLA folds x + 0 to x, in both forms)."""
+    rng = np.random.default_rng(3)
+    for n in range(1, 70):
+        x = (rng.standard_normal((3, n)) * 10.0 ** rng.integers(-3, 4, (3, n))).astype(np.float32)
+        x[0] = -0.0  # every element
+        x[1, ::3] = np.inf if n % 2 else -np.inf
+        for op, pad in ((np.add, 0.0), (np.minimum, np.inf), (np.maximum, -np.inf)):
+            want = _padded_halving(x, op, pad)
+            got = sweep._tree_reduce(x, op, pad, np)
+            assert got.tobytes() == want.tobytes(), (n, op)
+        if n in (1, 3, 33, 50, 64):
+            for op, pad in ((jnp.add, 0.0), (jnp.minimum, jnp.inf)):
+                got = jax.jit(lambda v: sweep._tree_reduce(v, op, pad))(x)
+                want = jax.jit(lambda v: _padded_halving(v, op, pad, jnp))(x)
+                assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), (n, op)
+    alive = rng.random((7, 50)) < 0.6
+    count = jax.jit(sweep._alive_count)(alive)
+    assert count.dtype == jnp.int32
+    np.testing.assert_array_equal(count, alive.sum(-1))
