@@ -29,6 +29,7 @@ near the minimum). `metric_values` is the evaluator the sweep program uses.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import NamedTuple
 
 import jax
@@ -290,6 +291,55 @@ def state_layout(env: FiniteMDP, alg) -> dict:
         return dict(_flatten_spec(alg, env.num_features).layout)
 
 
+class _Prepared(NamedTuple):
+    """A model's side of `expected_update`, the same for every algorithm and point."""
+
+    size: int        # outcomes, padded (`_bucket`)
+    w: np.ndarray    # (size,) weights, 0 on the padding
+    tr: Transition   # (size,) outcomes, the first repeated as padding
+    s_of: np.ndarray  # each outcome's state
+
+    def pad(self, a: np.ndarray) -> np.ndarray:
+        return np.concatenate([a, np.repeat(a[:1], self.size - len(a), axis=0)])
+
+
+_PREPARED: dict = {}  # id(model) -> (model, _Prepared): the model held, so its id stays its own
+_PREPARED_LOCK = threading.Lock()
+
+
+def _prepared(env: FiniteMDP) -> _Prepared:
+    """`_Prepared` of `env`, computed once for the last few models asked about:
+    an analysis of every point of a grid asks about one model again and again
+    (the outcomes alone cost twice what the rest of a point's analysis does)."""
+    with _PREPARED_LOCK:
+        hit = _PREPARED.get(id(env))
+    if hit is not None and hit[0] is env:
+        return hit[1]
+    w, tr = outcomes(env)
+    s_of = np.nonzero(mdp_lib.d_mu(env)[:, None, None] * np.asarray(env.mu)[:, :, None] * np.asarray(env.P) > 0)[0]
+    size = _bucket(len(w))
+    m = _Prepared(size, np.concatenate([w, np.zeros(size - len(w))]), tr, s_of)
+    m = m._replace(tr=jax.tree_util.tree_map(lambda v: m.pad(np.asarray(v, np.float64)), tr))
+    with _PREPARED_LOCK:
+        while len(_PREPARED) >= 8:
+            _PREPARED.pop(next(iter(_PREPARED)))
+        _PREPARED[id(env)] = (env, m)
+    return m
+
+
+@functools.lru_cache(maxsize=64)
+def _rows(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(random states, every row) the mean increment is evaluated at, for a state
+    of n numbers: x = 0 gives g, the unit vectors G's columns (exact for an affine
+    map), and random states of two scales check that it is affine."""
+    rng = np.random.default_rng(0)
+    xs = np.concatenate([rng.normal(size=(_CHECK_ROWS // 2, n)),
+                         100.0 * rng.normal(size=(_CHECK_ROWS - _CHECK_ROWS // 2, n))])
+    X = np.concatenate([np.zeros((1, n)), np.eye(n), xs])
+    xs.flags.writeable = X.flags.writeable = False  # shared by every call
+    return xs, X
+
+
 def expected_update(env: FiniteMDP, alg, hyperparameters: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(G, g) with E[x_{t+1} - x_t | x_t = x] = G x + g under i.i.d. samples
     s ~ d_mu, a ~ mu, s' ~ P, where x stacks the state's floating-point fields
@@ -316,29 +366,17 @@ def expected_update(env: FiniteMDP, alg, hyperparameters: dict | None = None) ->
     """
     alg = algorithms_lib.resolve(alg)
     traced, static = _hyperparameters(alg, hyperparameters)
-    k = env.num_features
-    w, tr = outcomes(env)
-    s_of = np.nonzero(mdp_lib.d_mu(env)[:, None, None] * np.asarray(env.mu)[:, :, None] * np.asarray(env.P) > 0)[0]
-    size = _bucket(len(w))
-    pad = lambda a: np.concatenate([a, np.repeat(a[:1], size - len(a), axis=0)])  # noqa: E731
+    m = _prepared(env)
     with jax.enable_x64(True):
-        flat, n, fn = _evaluator(alg, tuple(sorted(static.items())), k, size)
+        flat, n, fn = _evaluator(alg, tuple(sorted(static.items())), env.num_features, m.size)
         if n == 0:
             raise ValueError(f"algorithm: {alg.name}'s state has no floating-point fields to analyse")
         stats = model_stats(env) if flat.trace_names else None
-        traces = tuple(jnp.asarray(pad(np.asarray(alg.traces[name](stats, {**traced, **static}),
-                                                  np.float64)[s_of]))
+        traces = tuple(m.pad(np.asarray(alg.traces[name](stats, {**traced, **static}), np.float64)[m.s_of])
                        for name in flat.trace_names)
-        hp = {name: jnp.asarray(v, jnp.float64) for name, v in traced.items()}
-        trj = jax.tree_util.tree_map(lambda v: jnp.asarray(pad(np.asarray(v, np.float64))), tr)
-        wj = jnp.asarray(np.concatenate([w, np.zeros(size - len(w))]))
-        # x = 0 gives g, the unit vectors G's columns (exact for an affine map), and
-        # random states of two scales check that it is affine.
-        rng = np.random.default_rng(0)
-        xs = np.concatenate([rng.normal(size=(_CHECK_ROWS // 2, n)),
-                             100.0 * rng.normal(size=(_CHECK_ROWS - _CHECK_ROWS // 2, n))])
-        X = jnp.asarray(np.concatenate([np.zeros((1, n)), np.eye(n), xs]))
-        args = (X, trj, wj, hp, traces)
+        hp = {name: np.asarray(v, np.float64) for name, v in traced.items()}
+        xs, X = _rows(n)
+        args = (X, m.tr, m.w, hp, traces)
         F = np.asarray(_compiled(fn, args)(*args), np.float64)
     g = F[0]
     G = (F[1:n + 1] - g).T

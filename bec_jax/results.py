@@ -13,6 +13,7 @@ saved statistic therefore never means "diverged"; `sweep.run` warns if one appea
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -72,11 +73,24 @@ def _finite(x):
 
 
 def _t_quantile(df, level: float = 0.95):
-    """The two-sided Student-t quantile for `df` degrees of freedom (NaN where df < 1)."""
-    from scipy import stats
+    """The two-sided Student-t quantile for `df` degrees of freedom (NaN where df < 1).
+
+    `scipy.special.stdtrit`, the function `scipy.stats.t.ppf` evaluates, without
+    importing `scipy.stats` (a third of a second) or its argument checks; one
+    value per degree of freedom is remembered (a sweep's summary asks for the
+    same few thousands of times)."""
     df = np.asarray(df, float)
+    if df.ndim == 0:
+        return np.float64(_t_quantile_of(float(df), float(level)) if df >= 1 else np.nan)
+    from scipy import special
     with np.errstate(invalid="ignore"):
-        return np.where(df >= 1, stats.t.ppf(0.5 + level / 2, np.maximum(df, 1)), np.nan)
+        return np.where(df >= 1, special.stdtrit(np.maximum(df, 1), 0.5 + level / 2), np.nan)
+
+
+@functools.lru_cache(maxsize=1024)
+def _t_quantile_of(df: float, level: float) -> float:
+    from scipy import special
+    return float(special.stdtrit(df, 0.5 + level / 2))
 
 
 def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
