@@ -8,11 +8,14 @@ pyplot's global figure list; `save_figure` writes them (PNG and PDF, atomically)
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from bec_jax.results import SweepResult, atomic_write
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 METRIC_LABELS = {"rmscbe": "RMSCBE", "rmspcbe": "RMSPCBE", "rmspbe": "RMSPBE", "rmsve": "RMSVE", "rmsbe": "RMSBE",
                  "rmspbe_emphatic": "RMSPBE (emphatic weighting)",
@@ -49,6 +52,9 @@ def algorithm_label(r: SweepResult) -> str:
 
 def new_figure(rows: int = 1, cols: int = 1, *, panel: tuple = (5.6, 4.4)):
     """(figure, axes array of shape (rows, cols)), without pyplot."""
+    # Imported here: a process that draws nothing never imports matplotlib.
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(panel[0] * cols, panel[1] * rows))
     axes = fig.subplots(rows, cols, squeeze=False)
     return fig, axes

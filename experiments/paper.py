@@ -767,7 +767,7 @@ def _figure_context():
     plain fork of this process: forking a process that has started JAX is unsafe."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
+        ctx.set_forkserver_preload([__name__, "matplotlib.figure"])
         return ctx
     return multiprocessing.get_context("spawn")
 
