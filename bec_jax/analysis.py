@@ -29,6 +29,7 @@ near the minimum). `metric_values` is the evaluator the sweep program uses.
 from __future__ import annotations
 
 import functools
+import hashlib
 import threading
 from typing import NamedTuple
 
@@ -303,27 +304,41 @@ class _Prepared(NamedTuple):
         return np.concatenate([a, np.repeat(a[:1], self.size - len(a), axis=0)])
 
 
-_PREPARED: dict = {}  # id(model) -> (model, _Prepared): the model held, so its id stays its own
+_PREPARED: dict = {}  # fingerprint of a model -> _Prepared, for the last few models
 _PREPARED_LOCK = threading.Lock()
+
+
+def _fingerprint(env: FiniteMDP) -> bytes:
+    """A digest of every array of the model: equal models share their `_Prepared`,
+    and a model changed in place gets its own."""
+    h = hashlib.blake2b(digest_size=16)
+    for x in env:
+        a = np.ascontiguousarray(x)
+        h.update(f"{a.shape}{a.dtype.str}".encode())
+        h.update(a.tobytes())
+    return h.digest()
 
 
 def _prepared(env: FiniteMDP) -> _Prepared:
     """`_Prepared` of `env`, computed once for the last few models asked about:
     an analysis of every point of a grid asks about one model again and again
     (the outcomes alone cost twice what the rest of a point's analysis does)."""
+    key = _fingerprint(env)
     with _PREPARED_LOCK:
-        hit = _PREPARED.get(id(env))
-    if hit is not None and hit[0] is env:
-        return hit[1]
+        hit = _PREPARED.get(key)
+    if hit is not None:
+        return hit
     w, tr = outcomes(env)
     s_of = np.nonzero(mdp_lib.d_mu(env)[:, None, None] * np.asarray(env.mu)[:, :, None] * np.asarray(env.P) > 0)[0]
     size = _bucket(len(w))
     m = _Prepared(size, np.concatenate([w, np.zeros(size - len(w))]), tr, s_of)
     m = m._replace(tr=jax.tree_util.tree_map(lambda v: m.pad(np.asarray(v, np.float64)), tr))
+    for a in (m.w, m.s_of, *m.tr):
+        a.flags.writeable = False  # shared by every later call
     with _PREPARED_LOCK:
         while len(_PREPARED) >= 8:
             _PREPARED.pop(next(iter(_PREPARED)))
-        _PREPARED[id(env)] = (env, m)
+        _PREPARED[key] = m
     return m
 
 

@@ -125,6 +125,23 @@ def test_expected_update_layout_and_scaling(all_envs):
         analysis.expected_update(env, "ctdc", {"lambda": 0.5})
 
 
+def test_expected_update_follows_a_model_changed_in_place():
+    """A model's outcomes are kept between analyses (`analysis._prepared`), by the
+    model's contents: changing an array in place gives the new model's G and g,
+    those of a fresh copy, and changing it back the first ones again."""
+    env = envs.make("two_state")
+    G0, g0 = analysis.expected_update(env, "ctd")
+    env.R[:] = env.R + 1.0  # every reward up by one
+    G1, g1 = analysis.expected_update(env, "ctd")
+    copy = mdp_lib.FiniteMDP(*(np.array(x) for x in env))
+    G2, g2 = analysis.expected_update(copy, "ctd")
+    assert not np.array_equal(g1, g0)
+    np.testing.assert_array_equal(G1, G2)
+    np.testing.assert_array_equal(g1, g2)
+    env.R[:] = env.R - 1.0
+    np.testing.assert_array_equal(analysis.expected_update(env, "ctd")[1], g0)
+
+
 def test_non_affine_update_is_refused(all_envs):
     """An update quadratic in the TD error (defined here) is refused; a trace
     method declares its trace and is analysed (see test_prediction_suite)."""
