@@ -78,7 +78,7 @@ def _t_quantile(df, level: float = 0.95):
     `scipy.special.stdtrit`, the function `scipy.stats.t.ppf` evaluates, without
     importing `scipy.stats` (a third of a second) or its argument checks; one
     value per degree of freedom is remembered (a sweep's summary asks for the
-    same few thousands of times)."""
+    same few values thousands of times)."""
     df = np.asarray(df, float)
     if df.ndim == 0:
         return np.float64(_t_quantile_of(float(df), float(level)) if df >= 1 else np.nan)
