@@ -29,7 +29,6 @@ near the minimum). `metric_values` is the evaluator the sweep program uses.
 from __future__ import annotations
 
 import functools
-import hashlib
 import threading
 from typing import NamedTuple
 
@@ -304,30 +303,21 @@ class _Prepared(NamedTuple):
         return np.concatenate([a, np.repeat(a[:1], self.size - len(a), axis=0)])
 
 
-_PREPARED: dict = {}  # fingerprint of a model -> _Prepared, for the last few models
+_PREPARED: dict = {}  # `mdp.fingerprint` of a model -> _Prepared, the last used last
 _PREPARED_LOCK = threading.Lock()
-
-
-def _fingerprint(env: FiniteMDP) -> bytes:
-    """A digest of every array of the model: equal models share their `_Prepared`,
-    and a model changed in place gets its own."""
-    h = hashlib.blake2b(digest_size=16)
-    for x in env:
-        a = np.ascontiguousarray(x)
-        h.update(f"{a.shape}{a.dtype.str}".encode())
-        h.update(a.tobytes())
-    return h.digest()
 
 
 def _prepared(env: FiniteMDP) -> _Prepared:
     """`_Prepared` of `env`, computed once for the last few models asked about:
     an analysis of every point of a grid asks about one model again and again
-    (the outcomes alone cost twice what the rest of a point's analysis does)."""
-    key = _fingerprint(env)
+    (the outcomes alone cost twice what the rest of a point's analysis does).
+    Kept by the model's fingerprint: a model changed in place gets its own."""
+    key = mdp_lib.fingerprint(env)
     with _PREPARED_LOCK:
-        hit = _PREPARED.get(key)
-    if hit is not None:
-        return hit
+        hit = _PREPARED.pop(key, None)
+        if hit is not None:
+            _PREPARED[key] = hit
+            return hit
     w, tr = outcomes(env)
     s_of = np.nonzero(mdp_lib.d_mu(env)[:, None, None] * np.asarray(env.mu)[:, :, None] * np.asarray(env.P) > 0)[0]
     size = _bucket(len(w))
