@@ -14,6 +14,7 @@ import json
 import keyword
 import math
 import tomllib
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -531,14 +532,18 @@ class SweepSpec:
             if k not in alg.names:
                 raise ValueError(f"{_key(k)}: unknown field; {alg.name} takes {', '.join(alg.names) or 'no hyperparameters'}"
                                  f"; other fields: {', '.join(FIELDS)}")
-        hp = dict(d.pop("hyperparameters", None) or {})
+        hp = d.pop("hyperparameters", None)
+        if hp is not None and not isinstance(hp, Mapping):
+            raise ValueError(f"hyperparameters: expected a table of name = value, got {type(hp).__name__}")
+        hp = dict(hp or {})
         for k, v in extra.items():
             if k in hp:
                 raise ValueError(f"{k}: given twice (at the top level and in hyperparameters)")
             hp[k] = v
         if d.get("points") is not None:
             d["points"] = [dict(p) if isinstance(p, dict) else p for p in _as_tuple("points", d["points"])]
-        if not d.get("env_params"):
+        ep = d.get("env_params")
+        if ep is None or (isinstance(ep, (Mapping, list, tuple, str)) and not ep):  # nothing given (an array goes on)
             d.pop("env_params", None)
         return cls(hyperparameters=hp or None, **d)
 

@@ -415,6 +415,8 @@ def test_spec_validator_accepts_or_raises_value_error(kw):
                                            st.text(max_size=5), st.integers()), _value, max_size=6),
                  st.fixed_dictionaries({}, optional=_FIELD_VALUES), _value))
 @example({"\n": None})  # found by hypothesis: the key went into the message raw, a line break with it
+@example({"env_params": np.array([0.1, 0.2])})  # found by hypothesis: "if not array" raised numpy's error
+@example({"hyperparameters": [1, 2]})  # dict() of it raised TypeError
 def test_spec_from_dict_accepts_or_raises_value_error(d):
     _accepts_or_value_error(lambda: SweepSpec.from_dict(d))
 
