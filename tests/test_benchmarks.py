@@ -175,3 +175,90 @@ def test_reproduce_time_script_smoke(tmp_path):
     assert cold["wall_s"] > cold["total_s"] > 0 and cold["compile_s"] > 0 and cold["run_s"] > 0
     assert cold["device"].startswith(d["machine"]["cpu_model"]) and " JAX " in cold["device"]
     assert "empty compilation cache" in out
+
+
+# ---------------------------------------------------------------- the C prototype (issue 15)
+
+needs_cc = pytest.mark.skipif(__import__("shutil").which(os.environ.get("CC") or "cc") is None,
+                              reason="no C compiler: the kernel prototype cannot be built")
+
+
+@needs_cc
+def test_kernel_prototype_follows_the_numpy_loop():
+    from benchmarks import kernel_prototype
+
+    worst = kernel_prototype.check_against_numpy(steps=100)
+    assert set(worst) == {"theta", "u", "omega", "rmscbe"} and max(worst.values()) < 1e-5
+
+
+@needs_cc
+def test_kernel_prototype_check_catches_a_different_loop(monkeypatch):
+    # A loop that does not follow the NumPy loop (here: its step sizes halved) must fail the check.
+    from benchmarks import kernel_prototype
+
+    real = kernel_prototype.run
+    monkeypatch.setattr(kernel_prototype, "run", lambda p, a, b, z, *args, **kw: real(p, a / 2, b, z, *args, **kw))
+    with pytest.raises(AssertionError):
+        kernel_prototype.check_against_numpy(steps=50)
+
+
+@needs_cc
+def test_kernel_prototype_reverts_freezes_and_takes_statistics_as_the_engine_does():
+    from benchmarks import kernel_prototype as kp
+
+    problem = kp.Problem()
+    steps, K, N = 60, 10, 5
+    u = np.random.default_rng(3).random((N, steps + 1)).astype(np.float32)
+    # Point 0 stays small; point 1 (alpha = 3) leaves a bound of 50 in some seeds (at steps 30, 50 and 60).
+    a, b, z = np.array([0.05, 3.0]), np.array([0.1, 0.1]), np.array([0.1, 0.1])
+    got = kp.run(problem, a, b, z, N, steps, K, bound=50.0, uniforms=u)
+    free = kp.run(problem, a, b, z, N, steps, K, bound=np.inf, uniforms=u)
+    assert np.all(got["dstep"][:, 0] == -1)
+    assert sorted(got["dstep"][:, 1]) == [-1, -1, 30, 50, 60]
+    for n in range(N):
+        d = int(got["dstep"][n, 1])
+        if d < 0:
+            np.testing.assert_array_equal(got["vals"][:, n, 1], free["vals"][:, n, 1])
+            continue
+        assert d % K == 0
+        # Frozen at the state of the flagged block's start: a run of d - K steps on the same draws.
+        before = kp.run(problem, a, b, z, N, d - K, K, bound=np.inf, uniforms=u[:, : d - K + 1])
+        for name in ("theta", "u"):
+            np.testing.assert_array_equal(got[name][n, :, 1], before[name][n, :, 1])
+        assert got["omega"][n, 1] == before["omega"][n, 1]
+        # Its log: the free run's until the block before, then that value held.
+        l = d // K
+        np.testing.assert_array_equal(got["vals"][:l, n, 1], free["vals"][:l, n, 1])
+        assert np.all(got["vals"][l:, n, 1] == got["vals"][l - 1, n, 1])
+        # Flagged at the first block's end where theta, u or omega was out of the bound.
+        at = kp.run(problem, a, b, z, N, d, K, bound=np.inf, uniforms=u[:, : d + 1])
+        size = lambda r: max(np.abs(r["theta"][n, :, 1]).max(), np.abs(r["u"][n, :, 1]).max(),  # noqa: E731
+                             abs(r["omega"][n, 1]))
+        assert size(at) > 50 >= size(before)
+    # The statistics: over the seeds alive at each log point (flagged at step d: not alive from there on).
+    steps_l = np.arange(steps // K + 1) * K
+    for g in range(2):
+        alive = (got["dstep"][None, :, g] < 0) | (got["dstep"][None, :, g] > steps_l[:, None])
+        v = got["vals"][:, :, g].astype(np.float64)
+        cnt = alive.sum(1)
+        np.testing.assert_array_equal(got["count"][:, g], cnt)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = np.where(alive, v, 0).sum(1) / cnt
+            ss = np.where(alive, (v - mean[:, None]) ** 2, 0).sum(1)
+            std, sem = np.sqrt(ss / cnt), np.where(cnt > 1, np.sqrt(ss / ((cnt - 1) * cnt)), 0.0)
+        np.testing.assert_allclose(got["mean"][:, g], np.where(cnt > 0, mean, np.nan), rtol=1e-6)
+        np.testing.assert_allclose(got["std"][:, g], np.where(cnt > 0, std, np.nan), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(got["sem"][:, g], np.where(cnt > 0, sem, np.nan), rtol=1e-4, atol=1e-6)
+
+
+@needs_cc
+def test_kernel_prototype_script_smoke(tmp_path):
+    out = _run(["-m", "benchmarks.kernel_prototype"], tmp_path)
+    d = json.loads((tmp_path / "kernel_prototype_smoke.json").read_text())
+    _machine_ok(d)
+    _positive(d, "engine_updates_per_s", "numpy_updates_per_s", "ratio_c_full_vs_numpy", "ratio_engine_vs_numpy")
+    for c in d["c_loop"].values():
+        assert c["bare_updates_per_s"] > 0 and c["full_updates_per_s"] > 0
+    a = d["agreement_with_engine"]
+    assert 0 <= a["c_vs_engine_within_3"] <= 1 and 0 <= a["engine_vs_engine_within_3"] <= 1
+    assert "full / bare" in out and "the C loop follows the NumPy loop" in out
