@@ -1,6 +1,6 @@
 """A hand-written C loop of the standard workload, against the engine (issue 15's prototype).
 
-    python -m benchmarks.kernel_prototype [--smoke] [--repeats 5]
+    python -m benchmarks.kernel_prototype [--smoke] [--repeats 7]
 
 Issue 15 asks what would reach the full program at 90% of its bare loop and 3000x
 the NumPy loop where XLA:CPU does not, and to measure any prototype. This is one:
@@ -49,6 +49,7 @@ from benchmarks import _common
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_prototype.c")
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-shared", "-fPIC")
+INNER = 8  # sweeps per timed round
 _f32p = ctypes.POINTER(ctypes.c_float)
 _i32p = ctypes.POINTER(ctypes.c_int32)
 
@@ -248,7 +249,7 @@ def agreement(c: dict, r, r2) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny sizes; checks the script works")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=7, help="timed rounds of each case (medians)")
     ap.add_argument("--out-dir", default=_common.RESULTS_DIR)
     args = ap.parse_args(argv)
     if compiler() is None:
@@ -269,11 +270,14 @@ def main(argv=None) -> int:
     times: dict = {c: [] for c in cases}
     for c in cases:  # warm-up (page faults, the library's load)
         run(problem, a, b, z, spec.seeds, spec.steps, spec.log_every, threads=c[0], frame=c[1])
-    for _ in range(repeats):  # rounds alternate, so every case sees the same machine
+    # Rounds alternate, so every case sees the same machine; each round times
+    # `INNER` sweeps back to back (one takes 10-40 ms: a single one on two threads
+    # varied by 1.5x with the second core's wake-up).
+    for _ in range(repeats):
         for c in cases:
-            times[c].append(run(problem, a, b, z, spec.seeds, spec.steps, spec.log_every,
-                                threads=c[0], frame=c[1])["seconds"])
-    rate = {c: updates / statistics.median(t) for c, t in times.items()}
+            times[c].append(sum(run(problem, a, b, z, spec.seeds, spec.steps, spec.log_every,
+                                    threads=c[0], frame=c[1])["seconds"] for _ in range(INNER)))
+    rate = {c: INNER * updates / statistics.median(t) for c, t in times.items()}
     full = run(problem, a, b, z, spec.seeds, spec.steps, spec.log_every, threads=cores)
     diverged = float(np.mean(full["dstep"] >= 0))
 
