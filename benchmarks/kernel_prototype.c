@@ -161,7 +161,8 @@ void ctdc_sweep(const Model *m, int G, int N, int n0, int n1, int steps, int log
                 s = s2;
                 /* With the frame, the block's first step also keeps the start state
                  * (for the revert) and its last one checks the bound and takes the
-                 * metric, in the same pass over the state: three forms of one loop. */
+                 * metric, in the same pass over the state: forms of one loop (the
+                 * fourth, both at once, for blocks of one step). */
                 if (!frame || (t != l * log_every && t != (l - 1) * log_every + 1))
                     step_grid(&st, G, th, uu, om, alpha, beta, zeta, 0, 0, NULL, NULL, NULL, m, bound, NULL, NULL);
                 else if (t == (l - 1) * log_every + 1 && t != l * log_every)
