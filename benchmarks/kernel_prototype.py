@@ -66,6 +66,20 @@ def compiler() -> str | None:
     return shutil.which(cc)
 
 
+def can_build() -> bool:
+    """Whether this machine's C compiler takes the prototype's flags (a trivial
+    file compiled with them), so that a failure to build the prototype itself
+    is the prototype's fault."""
+    cc = compiler()
+    if cc is None:
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "t.c")
+        with open(src, "w") as f:
+            f.write("int f(int x) { return x + 1; }\n")
+        return subprocess.run([cc, *FLAGS, src, "-o", os.path.join(d, "t.so")], capture_output=True).returncode == 0
+
+
 _LIBS: dict = {}
 
 
@@ -252,8 +266,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=7, help="timed rounds of each case (medians)")
     ap.add_argument("--out-dir", default=_common.RESULTS_DIR)
     args = ap.parse_args(argv)
-    if compiler() is None:
-        print("no C compiler (cc or $CC): the prototype cannot be built here")
+    if not can_build():
+        print(f"no C compiler (cc or $CC) that takes {' '.join(FLAGS)}: the prototype cannot be built here")
         return 1
     cores = _common.use_all_cpu_cores()  # before JAX starts: the engine's devices
     spec = _common.standard_spec(smoke=args.smoke)
