@@ -54,12 +54,12 @@ def bare_update_loop(name: str, steps: int, share: bool = False):
     reward = jax.random.uniform(keys[2], (steps, N))
     grid = {n: v for n, v in (("alpha", jnp.linspace(0.01, 0.1, G)), ("beta", jnp.full(G, 0.1)),
                                ("zeta", jnp.full(G, 0.05))) if n in alg.names}
-    # As the engine does: every state leaf batched over (grid, seeds) but the update
-    # counter, which all runs share.
+    # As the engine does (`sweep._member`): every state leaf batched over (seeds,
+    # grid), seed-major, but the update counter, which all runs share.
     axes = sweep._state_axes(alg.init(jnp.zeros(K)), alg.counter)
-    update = jax.vmap(jax.vmap(alg.apply, in_axes=(axes, 0, None), out_axes=axes),
-                      in_axes=(axes, None, 0), out_axes=axes)
-    state = jax.tree_util.tree_map(lambda x, ax: x if ax is None else jnp.broadcast_to(x, (G, N) + x.shape),
+    update = jax.vmap(jax.vmap(alg.apply, in_axes=(axes, None, 0), out_axes=axes),
+                      in_axes=(axes, 0, None), out_axes=axes)
+    state = jax.tree_util.tree_map(lambda x, ax: x if ax is None else jnp.broadcast_to(x, (N, G) + x.shape),
                                    alg.init(jnp.zeros(K)), axes)
 
     def body(s, xs):
@@ -90,15 +90,15 @@ def main(argv=None) -> None:
         text = compiled.as_text()
         body = text[text.index("%region_0"):]
         body = body[: body.index("\n}\n")]
-        print(f"optimised loop body of one {args.algorithm} step, ({G}, {N}, {K}) state, one device, "
+        print(f"optimised loop body of one {args.algorithm} step, ({N}, {G}, {K}) state (seeds, grid, features), one device, "
               + ("under algorithms.sharing:" if share else "as the update function alone:"))
         passes = 0
         for line in body.splitlines():
             m = re.search(r"%(\S+) = (\S+) (fusion|copy|conditional)\(", line)
-            if m and f"{G},{N}" in m.group(2):
+            if m and f"{N},{G}" in m.group(2):
                 passes += 1
                 print(f"  {m.group(3):11s} {m.group(2)[:40]:40s} {m.group(1)}")
-        print(f"{passes} passes over (G, N, ...) arrays per step")
+        print(f"{passes} passes over (N, G, ...) arrays per step")
 
     dev = jax.devices()[0]
     print(f"device: {dev.platform} {dev.device_kind} ({_common.machine_info()['cpu_model']}), "
