@@ -261,8 +261,9 @@ def _state_axes(template, counter: str | None, skip=()):
 
 
 def _run_ok(state, bound: float, axes=None) -> jax.Array:
-    """(G, N) True where every batched float leaf of the state is finite and within
-    the bound (NaN fails the comparison, so it counts as diverged). The max over a
+    """True where every batched float leaf of the state is finite and within the
+    bound (NaN fails the comparison, so it counts as diverged), over the leaves'
+    two batch axes ((N, G) for the program's seed-major states). The max over a
     leaf's feature axis is unrolled: a minor-axis reduction is slow on CPU (see
     `algorithms.base.vdot`)."""
     ok = None
