@@ -408,7 +408,7 @@ class _Member(NamedTuple):
     traced: list       # the traced hyperparameters (the grid's columns)
     axes: object       # the state's vmap axes
     check_axes: object  # the axes the divergence check reads (traces left out)
-    update: Callable   # (states (N, G, ...), transitions (N, ...), hyperparameter values) -> states
+    update: Callable   # (states (N, G, ...), transitions (N, ...) or, per point, (N, G, ...), values) -> states
 
 
 def _member(spec: SweepSpec, group: Group, k: int, dtype, tr_axis) -> _Member:
