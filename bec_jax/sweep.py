@@ -597,10 +597,11 @@ def _kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None
         if E == 1:
             tr, samp = jax.vmap(lambda uu, s: step_fn(ctx.tables, uu, s))(u, samp)
         else:
-            tr, samp = jax.vmap(jax.vmap(lambda uu, s: step_fn(ctx.tables, uu, s)), in_axes=(None, 0))(u, samp)
-            if per_model:  # (E, N) -> (G, N): each point its model's transition
-                tr = jax.tree_util.tree_map(lambda x: x[ctx.env_idx], tr)
-            tr = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), tr)  # (N, G, ...), as the states
+            # Transitions seed-major, (N, E or G, ...) as the states; samplers (E or G, N).
+            tr, samp = jax.vmap(jax.vmap(lambda uu, s: step_fn(ctx.tables, uu, s)), in_axes=(None, 0),
+                                out_axes=(1, 0))(u, samp)
+            if per_model:  # (N, E) -> (N, G): each point its model's transition
+                tr = jax.tree_util.tree_map(lambda x: x[:, ctx.env_idx], tr)
         # A uniform of this step: a number XLA cannot fold, as `sharing` needs.
         with sharing(u.reshape(-1)[0]) if share else contextlib.nullcontext():
             states = tuple(mb.update(st, tr, hp) for mb, st, hp in zip(members, states, ctx.hp_vals))
