@@ -1,6 +1,7 @@
 """The sweep engine against plain loops, and its independence properties."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -454,3 +455,21 @@ def test_program_states_are_seed_major():
     assert states.count.shape == () and dstep.shape == (3, 5) and vals0.shape == (1, 3, 5)
     r = sweep.run(spec, progress=False)
     assert r.final.shape == (1, 3, 5) and r.diverged_step.shape == (3, 5)
+
+
+def test_fusion_emitters_update_omega_in_place():
+    # CPU_COMPILER_OPTIONS' copy insertion with region analysis: without it XLA:CPU
+    # copied omega, a seed-major (seeds, grid) array, in every step of the loop
+    # (two copies in the program's two step loops); the run-fast form lost 5-10%.
+    if not sweep._on_cpu(None):
+        pytest.skip("XLA:CPU's copy insertion")
+    spec = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.1, 0.2, 0.3), beta=(0.1,), zeta=(0.1,),
+                     seeds=5, steps=40, log_every=10)
+    (group,), (chunk,) = sweep.plan(spec, spec.num_points)
+    prog = sweep.make_program(spec, group, spec.num_points, devices=jax.devices()[:1], fast=True)
+    lowered = prog.fn.lower(np.uint32(0), sweep.chunk_grid(spec, group, chunk))
+    text = lowered.compile(sweep.CPU_COMPILER_OPTIONS).as_text()
+    assert "while(" in text and "multiply_add_fusion" in text
+    assert re.findall(r"f32\[5,3\]\{1,0\} copy\(", text) == []
+    without = {k: v for k, v in sweep.CPU_COMPILER_OPTIONS.items() if k != "xla_cpu_copy_insertion_use_region_analysis"}
+    assert re.findall(r"f32\[5,3\]\{1,0\} copy\(", lowered.compile(without).as_text())  # what the option removes
