@@ -461,9 +461,10 @@ def evaluate(metric: Metric, theta: jax.Array) -> jax.Array:
     return jnp.sqrt(jnp.sum(e * e))
 
 
-def metric_values(metrics, theta: jax.Array, nonzero=None) -> jax.Array:
+def metric_values(metrics, theta, nonzero=None) -> jax.Array:
     """(M, G, N) values ||R theta + h|| of each metric for a batch of weights
-    theta (G, N, k): the evaluator the sweep program runs every log step.
+    theta (G, N, k), or its k columns theta[..., i] as a sequence of (G, N)
+    arrays: the evaluator the sweep program runs every log step.
 
     Each `Metric` holds either numpy arrays R (m, k), h (m,) (constants, the same
     for every run) or jax arrays R (G, m, k), h (G, m) (one model per grid point,
@@ -473,9 +474,8 @@ def metric_values(metrics, theta: jax.Array, nonzero=None) -> jax.Array:
     differently depending on the batch shape (even between seeds of one batch),
     which would make a grid point's result depend on the chunk size.
     """
-    dtype = theta.dtype
-    k = theta.shape[-1]
-    cols = [theta[..., i] for i in range(k)]
+    cols = list(theta) if isinstance(theta, (list, tuple)) else [theta[..., i] for i in range(theta.shape[-1])]
+    dtype, batch = cols[0].dtype, cols[0].shape
     out = []
     for j, m in enumerate(metrics):
         const = isinstance(m.R, np.ndarray)
@@ -483,9 +483,9 @@ def metric_values(metrics, theta: jax.Array, nonzero=None) -> jax.Array:
         ss = None
         for r in range(pattern.shape[0]):
             if const:
-                e = jnp.full(theta.shape[:-1], m.h[r], dtype)
+                e = jnp.full(batch, m.h[r], dtype)
             else:
-                e = jnp.broadcast_to(m.h[:, r][:, None], theta.shape[:-1]).astype(dtype)
+                e = jnp.broadcast_to(m.h[:, r][:, None], batch).astype(dtype)
             for i in np.flatnonzero(pattern[r]):
                 c = dtype.type(m.R[r, i]) if const else m.R[:, r, i][:, None].astype(dtype)
                 e = e + c * cols[i]
