@@ -312,6 +312,20 @@ def test_metric_values_by_hand(all_envs):
             assert getattr(analysis, metric)(all_envs[name], np.zeros(all_envs[name].num_features)) == 0
 
 
+def test_metric_values_from_columns(all_envs):
+    # The sweep passes the weights' columns (each turned grid-major); the values
+    # are those of the (G, N, k) array, bit for bit, and match the closed form.
+    env = all_envs["boyan_chain"]
+    mets = [analysis.metric(env, "rmscbe"), analysis.metric(env, "rmspbe")]
+    theta = np.random.default_rng(3).normal(size=(3, 5, 4)).astype(np.float32)
+    whole = np.asarray(analysis.metric_values(mets, jnp.asarray(theta)))
+    cols = np.asarray(analysis.metric_values(mets, [jnp.asarray(theta[..., i]) for i in range(4)]))
+    assert whole.shape == (2, 3, 5)
+    np.testing.assert_array_equal(cols, whole)
+    np.testing.assert_allclose(whole[0, 1, 2], analysis.rmscbe(env, theta[1, 2].astype(np.float64)), rtol=1e-5)
+    np.testing.assert_allclose(whole[1, 2, 4], analysis.rmspbe(env, theta[2, 4].astype(np.float64)), rtol=1e-5)
+
+
 def test_rmscbe_is_min_over_omega(all_envs):
     """MSCBE = min over omega of ||dbar - omega 1||_D^2 (the paper's MSCBE derivation)."""
     env = all_envs["boyan_chain"]
