@@ -439,8 +439,9 @@ def test_tree_reduce_is_the_padded_pairwise_halving():
 
 def test_program_states_are_seed_major():
     # The layout the engine's speed rests on (README, "Seed-major state"): every
-    # batched state leaf (seeds, grid points, ...), the shared counter unbatched;
-    # the outputs keep the grid first.
+    # batched state leaf (seeds, grid points, ...), the shared counter unbatched,
+    # and the per-seed area sums (metrics, seeds, grid points); the outputs keep
+    # the grid first.
     spec = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.1, 0.2, 0.3), beta=(0.1,), zeta=(0.1,),
                      seeds=5, steps=20, log_every=10)
     (group,), (chunk,) = sweep.plan(spec, spec.num_points)
@@ -450,9 +451,9 @@ def test_program_states_are_seed_major():
     def start(seed, grid):
         return kern.start(kern.setup(seed, (grid,), 0, spec.seeds), False)[0]
 
-    (states,), samp, dstep, vals0 = jax.eval_shape(start, np.uint32(0), grid)
+    (states,), samp, dstep, auc0 = jax.eval_shape(start, np.uint32(0), grid)
     assert states.theta.shape == states.u.shape == (5, 3, 4) and states.omega.shape == (5, 3)
-    assert states.count.shape == () and dstep.shape == (3, 5) and vals0.shape == (1, 3, 5)
+    assert states.count.shape == () and dstep.shape == (3, 5) and auc0.shape == (1, 5, 3)
     r = sweep.run(spec, progress=False)
     assert r.final.shape == (1, 3, 5) and r.diverged_step.shape == (3, 5)
 
