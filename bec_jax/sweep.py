@@ -67,7 +67,8 @@ UNROLL = 1
 
 # LLVM's -O1 halves XLA's CPU compile time for these small scanned kernels with no
 # measurable loss of run time (measured on the paper's sweeps); see README.
-CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1,
+_CPU_O1 = {"xla_backend_optimization_level": 1}
+CPU_COMPILER_OPTIONS = {**_CPU_O1,
                         # Copy insertion with region analysis sees that the step's
                         # loop may update omega in place: without it XLA:CPU copied
                         # omega every step (run-fast form, one core: 419-427 ->
@@ -81,7 +82,7 @@ CPU_COMPILER_OPTIONS = {"xla_backend_optimization_level": 1,
 # workload on two devices: 0.74 against 1.80 s, 416 against 533 M updates/s).
 # Below 10^9 updates the compile saved is worth about as much as the run time
 # lost, or more.
-CPU_LIGHT_OPTIONS = {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
+CPU_LIGHT_OPTIONS = {**_CPU_O1, "xla_cpu_use_fusion_emitters": False}
 LIGHT_COMPILE_UPDATES = 1_000_000_000
 
 
