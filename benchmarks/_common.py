@@ -221,6 +221,12 @@ def write_json(path: str, obj: dict) -> str:
     return path
 
 
+def result_path(out_dir: str, name: str, smoke: bool) -> str:
+    """Where benchmark `name` writes its JSON: `<name>.json`, or `<name>_smoke.json`
+    for a smoke run (so a smoke run never overwrites a measured result)."""
+    return os.path.join(out_dir, f"{name}_smoke.json" if smoke else f"{name}.json")
+
+
 def timestamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 

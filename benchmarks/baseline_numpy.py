@@ -253,8 +253,7 @@ def main(argv=None) -> int:
         "updates": r["updates"], "seconds": r["seconds"], "updates_per_s": r["updates_per_s"],
         "final_rmscbe_mean": _common.finite_mean(r["final"], axis=1), "check_max_abs_diff": check,
     }
-    path = _common.write_json(os.path.join(args.out_dir, "baseline_numpy_smoke.json" if args.smoke
-                                           else "baseline_numpy.json"), out)
+    path = _common.write_json(_common.result_path(args.out_dir, "baseline_numpy", args.smoke), out)
     print(f"wrote {os.path.relpath(path)}")
     return 0
 

@@ -187,8 +187,7 @@ def main(argv=None) -> int:
            "ref": full, "smoke": args.smoke, "rounds": rounds, "repeats": repeats, "config": cfg,
            "machine": info, "ref_result": ref, "work_result": work, "throughput_ratio": ratio,
            "bit_identical": identical, "differences": differences, "timestamp": _common.timestamp()}
-    name = "compare_ref_smoke.json" if args.smoke else "compare_ref.json"
-    path = _common.write_json(os.path.join(args.out_dir, name), out)
+    path = _common.write_json(_common.result_path(args.out_dir, "compare_ref", args.smoke), out)
     print(f"wrote {path}")
     return 0
 

@@ -333,8 +333,7 @@ def main(argv=None) -> int:
         "ratio_c_full_vs_numpy": rate[(cores, True)] / base["updates_per_s"],
         "ratio_engine_vs_numpy": engine / base["updates_per_s"],
     }
-    path = _common.write_json(os.path.join(args.out_dir, "kernel_prototype_smoke.json" if args.smoke
-                                           else "kernel_prototype.json"), out)
+    path = _common.write_json(_common.result_path(args.out_dir, "kernel_prototype", args.smoke), out)
     print(f"wrote {os.path.relpath(path)}")
     return 0
 

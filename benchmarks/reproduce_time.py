@@ -73,8 +73,7 @@ def main(argv=None) -> None:
     what = "bec-jax reproduce --quick (smoke: the target does not apply)" if args.smoke else "bec-jax reproduce"
     verdict = "" if args.smoke else f" (target < {TARGET_S:.0f} s: {'met' if med < TARGET_S else 'NOT MET'})"
     print(f"{what}, empty compilation cache: median {med:.1f} s wall over {rounds}{verdict}")
-    _common.write_json(os.path.join(args.out_dir, "reproduce_time_smoke.json" if args.smoke else
-                                    "reproduce_time.json"),
+    _common.write_json(_common.result_path(args.out_dir, "reproduce_time", args.smoke),
                        {"machine": info, "smoke": args.smoke, "quick": args.smoke, "cold": cold,
                         "warm": warm, "cold_wall_median_s": med, "target_s": TARGET_S})
 

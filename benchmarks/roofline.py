@@ -17,7 +17,6 @@ two ceilings. Output: a table and benchmarks/results/roofline.json.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
@@ -104,7 +103,7 @@ def main(argv=None) -> None:
         print(f"{k:{width}s}  {v}")
     info, jinfo = _common.machine_info(), _common.jax_info()
     print(_common.describe_machine(info, jinfo))
-    path = os.path.join(args.out_dir, "roofline_smoke.json" if args.smoke else "roofline.json")
+    path = _common.result_path(args.out_dir, "roofline", args.smoke)
     _common.write_json(path, {
         "machine": info, "jax": jinfo, "smoke": args.smoke, "steps": steps, "flops_per_update": flops_per_update,
         "bytes_per_update": bytes_per_update, "bare_updates_per_s": rate, "peak_flops": peak_flops,

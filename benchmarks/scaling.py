@@ -266,7 +266,7 @@ def main(argv=None) -> int:
         "notes": notes, "plot": png, "plot_docs_copy": docs_copy,
         "wall_time_s": time.perf_counter() - t_start,
     }
-    path = _common.write_json(os.path.join(args.out_dir, "scaling_smoke.json" if args.smoke else "scaling.json"), out)
+    path = _common.write_json(_common.result_path(args.out_dir, "scaling", args.smoke), out)
     print(f"wrote {os.path.relpath(path)} ({out['wall_time_s']:.0f} s)")
     return 0
 

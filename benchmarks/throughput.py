@@ -228,8 +228,7 @@ def main(argv=None) -> int:
         "targets": targets,
         "wall_time_s": time.perf_counter() - t_start,
     }
-    path = _common.write_json(os.path.join(args.out_dir, "throughput_smoke.json" if args.smoke
-                                           else "throughput.json"), out)
+    path = _common.write_json(_common.result_path(args.out_dir, "throughput", args.smoke), out)
     print(f"wrote {os.path.relpath(path)} ({out['wall_time_s']:.0f} s)")
     return 0
 
