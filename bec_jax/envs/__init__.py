@@ -10,7 +10,15 @@ A sweep names its environment by a *source* string:
   * a registered name: "boyan_chain", "two_state", "baird" (`register` adds yours);
   * an MDP file: "path/to/mdp.npz" (arrays named as the `FiniteMDP` fields) or
     "path/to/mdp.toml" (the same fields as nested lists); `start` and `theta0`
-    are optional. A file's MDP has one parameter, `gamma` (default the file's);
+    are optional. A file's MDP has one parameter, `gamma`. Where the file's
+    gamma is a number, `gamma` replaces it (default: the file's). Where it is an
+    (S, A, S) array (an episodic task), `gamma` is the discount of the
+    non-terminal transitions, those whose discount in the file is not 0: they
+    all get `gamma`, and the 0s that end the episodes stay, so `gamma=1.0` is an
+    undiscounted episodic task. Its default is the file's one nonzero
+    discount; a file whose nonzero discounts are not all one number (or that
+    has none) has no default (None: the file's array as it is) and refuses a
+    number. An array given for `gamma` (from Python) replaces the file's;
   * "package.module:function": a factory in your own code (its keyword
     parameters are the environment's parameters), or a `FiniteMDP` object.
 Whatever the source, the MDP goes through `make_mdp` validation; a bad one is a
@@ -87,15 +95,84 @@ def _file_fields(path: str) -> dict:
     return fields
 
 
+def _number(value) -> float | None:
+    """`value` as a float when it is one real number (not a bool or a string)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        return None
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError):
+        return None
+    return float(arr) if arr.ndim == 0 and arr.dtype.kind in "iuf" else None
+
+
+def _discount_array(value) -> np.ndarray | None:
+    """`value` as a float64 array when it is an array of discounts in [0, 1],
+    converted as `make_mdp` converts it; else None, and `make_mdp` refuses it."""
+    try:
+        if np.asarray(value).dtype.kind == "c":
+            return None
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    ok = arr.ndim > 0 and np.all(np.isfinite(arr)) and np.all((arr >= 0) & (arr <= 1))
+    return arr if ok else None
+
+
+def _values_text(values) -> str:
+    shown = ", ".join(repr(float(v)) for v in values[:4])
+    return shown + (f", ... ({len(values)} values)" if len(values) > 4 else "")
+
+
 def _file_factory(path: str) -> Callable[..., FiniteMDP]:
     fields = _file_fields(path)
     file_gamma = fields["gamma"]
-    default = float(file_gamma) if np.ndim(file_gamma) == 0 and not isinstance(file_gamma, str) else None
+    try:
+        scalar = np.ndim(file_gamma) == 0
+    except ValueError:  # a ragged TOML list: make_mdp names it
+        scalar = False
+    array = None if scalar else _discount_array(file_gamma)  # None for a bad array too
+    nonterminal = np.unique(array[array > 0]) if array is not None else np.zeros(0)
+    if scalar:
+        default = _number(file_gamma)
+        doc = "the discount; replaces the file's"
+    elif array is not None and len(nonterminal) == 1:
+        default = float(nonterminal[0])
+        doc = ("the discount of the non-terminal transitions (default the file's); "
+               "the transitions whose discount is 0 in the file end an episode and keep 0")
+    else:
+        default = None
+        doc = ("None: the file's per-transition discounts, whose nonzero values are not one number, "
+               "so gamma takes no number")
+
+    def discount(gamma):
+        """The MDP's discount for the parameter `gamma` (see the module docstring)."""
+        if gamma is None:
+            return file_gamma
+        if scalar or np.ndim(gamma) != 0:  # a number replaces the file's number; an array, anything
+            return gamma
+        if array is None:  # the file's gamma is bad: make_mdp names what is wrong
+            return file_gamma
+        g = _number(gamma)
+        if g is None:
+            raise ValueError(f"gamma: expected a number in [0, 1] (the discount of the file's non-terminal "
+                             f"transitions), got {gamma!r}")
+        if not 0.0 <= g <= 1.0:
+            raise ValueError(f"gamma: the discount of the file's non-terminal transitions must be in [0, 1], "
+                             f"got {g!r}")
+        if len(nonterminal) == 0:
+            raise ValueError("gamma: the file's discount is 0 on every transition (each one ends an "
+                             "episode), so there is no discount for gamma to set; leave gamma out")
+        if len(nonterminal) > 1:
+            raise ValueError(f"gamma: the file's non-terminal transitions have several discounts "
+                             f"({_values_text(nonterminal)}), so one number cannot replace them; leave gamma "
+                             "out, or give the whole (S, A, S) array from Python")
+        return np.where(array > 0, g, 0.0)
 
     def from_file(gamma=default):
-        """The MDP of the file; `gamma` replaces the file's discount."""
-        return mdp_lib.make_mdp(**dict(fields, gamma=file_gamma if gamma is None else gamma))
+        return mdp_lib.make_mdp(**dict(fields, gamma=discount(gamma)))
 
+    from_file.__doc__ = f"The MDP of the file {path!r}; gamma: {doc}."
     from_file.__name__ = os.path.basename(path)
     return from_file
 
