@@ -149,6 +149,16 @@ class Params(NamedTuple):
     critic: Any
 
 
+def orthogonal(key: jax.Array, shape: tuple, scale: float) -> jax.Array:
+    """`jax.nn.initializers.orthogonal(scale)(key, shape, float32)`; under a vmap
+    over keys, a loop of one-key QRs (the same weights bit for bit, tested)."""
+    init = jax.nn.initializers.orthogonal(scale)
+    # jaxlib 0.10's CPU LAPACK splits a batched QR over XLA's thread pool and waits
+    # for the pieces on a pool thread: with every thread waiting the process
+    # deadlocks now and then (jax-ml/jax#36927). A loop keeps each QR unbatched.
+    return jax.custom_batching.sequential_vmap(lambda k: init(k, shape, jnp.float32))(key)
+
+
 def init_mlp(key: jax.Array, sizes: tuple, last_scale: float) -> list:
     """purejaxrl's initialisation: orthogonal weights with scale sqrt(2) (hidden)
     and `last_scale` (output), zero biases."""
@@ -156,7 +166,7 @@ def init_mlp(key: jax.Array, sizes: tuple, last_scale: float) -> list:
     layers = []
     for i, (k, m, n) in enumerate(zip(keys, sizes[:-1], sizes[1:])):
         scale = last_scale if i == len(sizes) - 2 else np.sqrt(2.0)
-        W = jax.nn.initializers.orthogonal(scale)(k, (m, n), jnp.float32)
+        W = orthogonal(k, (m, n), scale)
         layers.append((W, jnp.zeros((n,), jnp.float32)))
     return layers
 
