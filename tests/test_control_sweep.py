@@ -17,6 +17,7 @@ from bec_jax.control.results import ControlResult, is_control_dir
 from bec_jax.control.spec import ControlSpec
 from bec_jax.control.transition import q_values
 from benchmarks import control_numpy
+from xla_env import xla_flags
 
 CLIFF = tasks.make("cliff_walking")
 
@@ -270,7 +271,7 @@ def test_sharded_over_devices_equals_one_device():
         "for k in ('returns', 'lengths', 'diverged_step', 'omega'):\n"
         "    np.testing.assert_array_equal(getattr(two, k), getattr(one, k))\n"
         "print('ok')\n")
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = xla_flags(devices=2)
     import subprocess
     import sys
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)

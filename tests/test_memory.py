@@ -17,6 +17,7 @@ import pytest
 from bec_jax import cli, memory, runner, sweep
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
+from xla_env import xla_flags
 
 ARRAYS = ("steps", "mean", "std", "sem", "alive", "final", "diverged_step", "auc_seed")
 
@@ -274,7 +275,7 @@ LONG = ["run", "--env", "boyan_chain", "--algorithm", "ctdc", "--alpha", "0.1", 
 
 
 def test_sigterm_stops_at_a_segment_and_resume_is_identical(tmp_path):
-    env = dict(os.environ, BEC_JAX_NO_CACHE="1", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = dict(xla_flags(devices=1), BEC_JAX_NO_CACHE="1")
     out = tmp_path / "long"
     ck = out / "chunks" / "chunk_00000" / runner.CHECKPOINT_FILE
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, *LONG, "--out", str(out)], env=env,

@@ -20,6 +20,7 @@ import bec_jax
 from bec_jax import cli, sweep
 from bec_jax.results import SweepResult, load_frame, t_interval
 from bec_jax.spec import SweepSpec
+from xla_env import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEC_JAX = shutil.which("bec-jax") or "bec-jax"
@@ -232,7 +233,7 @@ def test_two_jax_processes_equal_one_bit_for_bit(tmp_path, cli_env):
     """`bec-jax run --distributed` on two processes of two CPU devices each (gloo
     collectives on 127.0.0.1): the grid is sharded over four devices in two
     processes, process 0 writes, and every array equals one process's run."""
-    env = {k: v for k, v in cli_env.items() if k != "XLA_FLAGS"}
+    env = xla_flags(cli_env)
     args = ["run", "--env", "baird", "--algorithm", "ctdc", "--alpha", "0.3,0.005,0.01", "--beta", "0.01,0.1",
             "--zeta", "0.01,0.05", "--seeds", "20", "--steps", "200", "--log-every", "20", "--metrics",
             "rmscbe,rmspbe", "--chunk-size", "4", "--confirm-seeds", "4"]
@@ -259,7 +260,7 @@ def test_two_jax_processes_equal_one_bit_for_bit(tmp_path, cli_env):
 
 
 def test_distributed_study_equals_one_process(tmp_path, cli_env):
-    env = {k: v for k, v in cli_env.items() if k != "XLA_FLAGS"}
+    env = xla_flags(cli_env)
     (tmp_path / "s.toml").write_text('seeds = 8\nsteps = 100\nlog_every = 20\n[[sweep]]\nenv = "two_state"\n'
                                      'algorithm = "ctd"\nalpha = [0.01, 0.05, 0.1]\nbeta = [0.1]\n'
                                      '[[sweep]]\nenv = "boyan_chain"\nalgorithm = "td"\nalpha = [0.1, 0.5]\n')

@@ -14,6 +14,7 @@ from bec_jax import algorithms, analysis, envs, sampling, sweep
 from bec_jax.results import SweepResult
 from bec_jax.spec import ScheduleSpec, SweepSpec
 from bec_jax.transition import Transition
+from xla_env import xla_flags
 
 # 50 seeds: with fewer, a batch-shape-dependent rounding can go unnoticed.
 BAIRD = dict(env="baird", algorithm="ctdc", beta=(0.01, 0.1), zeta=(0.01, 0.05), seeds=50,
@@ -196,7 +197,7 @@ np.savez(sys.argv[3], mean=r.mean, final=r.final, dstep=r.diverged_step, ndev=le
 
 
 def test_device_count_independence(full, tmp_path):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = xla_flags(devices=4)
     out = tmp_path / "four.npz"
     cfg = dict(BAIRD, beta=list(BAIRD["beta"]), zeta=list(BAIRD["zeta"]), metrics=list(BAIRD["metrics"]))
     subprocess.run([sys.executable, "-c", _DEVICE_SCRIPT, json.dumps(cfg), "8", str(out)],
