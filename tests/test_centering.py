@@ -381,11 +381,13 @@ def test_rho_one_offpolicy_equals_onpolicy():
     np.testing.assert_allclose(off.theta, on[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(off.omega, on[2], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(gen_on[0], on[0], rtol=1e-5, atol=1e-6)
-    # CTD: off-policy eqs. with rho = 1 are the on-policy eqs. exactly.
+    # CTD: off-policy eqs. with rho = 1 are the on-policy eqs. In exact arithmetic
+    # identical; here two programs (rho a constant XLA folds away in one), so equal
+    # to rounding: XLA may contract the remaining multiply-adds differently.
     ctd_off = scan(lambda s, tr: ctd.update(s, tr, ALPHA, BETA), ctd.init(theta0), trs)
     ctd_on = scan(lambda s, tr: ctd.update(s, tr._replace(rho=jnp.float32(1.0)), ALPHA, BETA),
                   ctd.init(theta0), trs)
-    np.testing.assert_array_equal(ctd_off.theta, ctd_on.theta)
+    np.testing.assert_allclose(ctd_off.theta, ctd_on.theta, rtol=1e-6, atol=1e-7)
     assert float(jnp.abs(off.theta[-1] - theta0).max()) > 1e-3
 
 
