@@ -84,7 +84,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bec_jax import centering
+from bec_jax import centering, watchdog
 from bec_jax.centered_values import centered_truncated_generalized_advantage_estimation
 from bec_jax.results import atomic_write, csv_text, t_interval, write_json
 
@@ -622,6 +622,7 @@ def run(cfg: Config, log=print, out: str | None = None) -> tuple[dict, dict]:
             log(f"{task}: reused {_task_file(out, task)} ({saved[2]:.1f} s when run)")
             continue
         results[task] = train_task(cfg, task)
+        watchdog.beat()  # a task's one program may leave the host idle for long on a GPU
         if out:
             os.makedirs(out, exist_ok=True)
             save_task(out, cfg, task, results[task])
@@ -631,6 +632,13 @@ def run(cfg: Config, log=print, out: str | None = None) -> tuple[dict, dict]:
     summary["task_seconds_total"] = sum(r[2] for r in results.values())
     summary["machine"] = {"devices": [str(d) for d in jax.devices()], "cpus": os.cpu_count()}
     return summary, results
+
+
+def _stall_timeout(text: str) -> float:
+    try:
+        return watchdog.parse_timeout(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def main(argv=None) -> None:
@@ -646,14 +654,20 @@ def main(argv=None) -> None:
     p.add_argument("--shift", type=float, default=None,
                    help="the control's c for every task (default: the centered agent's final mean omega)")
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stall-timeout", type=_stall_timeout, default=None, metavar="SECONDS",
+                   help="exit with status 75 and the thread stacks in OUT/stall-PID.txt after this long without "
+                        "CPU progress (a deadlock); 0: off (default: $BEC_JAX_STALL_TIMEOUT, else 120 on a CPU, "
+                        "off on a GPU)")
     a = p.parse_args(argv)
     cfg = small_config() if a.small else Config()
     over = {k: getattr(a, k) for k in ("seeds", "timesteps", "beta", "shift", "seed") if getattr(a, k) is not None}
     if a.tasks:
         over["tasks"] = tuple(s.strip() for s in a.tasks.split(",") if s.strip())
     cfg = replace(cfg, **over)
-    summary, results = run(cfg, out=a.out)
-    paths = write(summary, results, a.out)
+    hint = "to continue: run the same command again (finished tasks are reused)"
+    with watchdog.Watchdog(watchdog.timeout_for(a.stall_timeout), a.out, hint, prog="bec_jax.experiments.ppo"):
+        summary, results = run(cfg, out=a.out)
+        paths = write(summary, results, a.out)
     print(table_md(summary))
     print(f"wall time {summary['seconds']:.1f} s (tasks' own run times {summary['task_seconds_total']:.1f} s)")
     print("wrote " + ", ".join(paths))
