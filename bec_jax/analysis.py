@@ -286,7 +286,7 @@ def state_layout(env: FiniteMDP, alg) -> dict:
     state's floating-point leaves in order (for NamedTuple states: their fields,
     e.g. theta, u, omega); integer leaves such as the update count, and the
     traces the algorithm declares, left out."""
-    alg = algorithms_lib.resolve(alg)
+    alg = algorithms_lib.get(alg)
     with jax.enable_x64(True):
         return dict(_flatten_spec(alg, env.num_features).layout)
 
@@ -369,7 +369,7 @@ def expected_update(env: FiniteMDP, alg, hyperparameters: dict | None = None) ->
         eigenvalue has negative real part); other hyperparameters default to
         their declared defaults.
     """
-    alg = algorithms_lib.resolve(alg)
+    alg = algorithms_lib.get(alg)
     traced, static = _hyperparameters(alg, hyperparameters)
     m = _prepared(env)
     with jax.enable_x64(True):
@@ -419,7 +419,7 @@ def slow_ode_matrix(env: FiniteMDP, alg, hyperparameters: dict | None = None) ->
     `ValueError` when the fast block has an unstable mode or no equilibrium for
     some theta: then the two-timescale limit does not apply.
     """
-    alg = algorithms_lib.resolve(alg)
+    alg = algorithms_lib.get(alg)
     G, _ = expected_update(env, alg, hyperparameters)
     layout = state_layout(env, alg)
     if alg.weights not in layout:

@@ -305,7 +305,7 @@ class SweepSpec:
     def _check_basic(self) -> Algorithm:
         if not isinstance(self.algorithm, (str, Algorithm)):
             raise ValueError(f"algorithm: expected a name or package.module:attribute, got {self.algorithm!r}")
-        alg = algorithms.resolve(self.algorithm)
+        alg = algorithms.get(self.algorithm)
         if isinstance(self.algorithm, Algorithm):  # keep a name that a reload can resolve
             if alg.name not in algorithms.names() or algorithms.get(alg.name) is not alg:
                 raise ValueError(f"algorithm: {alg.name!r} is not registered; register it "
@@ -526,7 +526,7 @@ class SweepSpec:
         for k in d:
             if not isinstance(k, str):
                 raise ValueError(f"{_key(k)}: unknown field; known: {', '.join(FIELDS)}")
-        alg = algorithms.resolve(d.get("algorithm", "ctd"))
+        alg = algorithms.get(d.get("algorithm", "ctd"))
         extra = {_canonical_name(k): d.pop(k) for k in list(d) if k not in FIELDS}
         for k in extra:
             if k not in alg.names:

@@ -405,7 +405,7 @@ def test_register_user_algorithm_and_collisions():
                   hyperparameters=(step_size("eta", "a"), step_size("eta", "b")))
 
 
-def test_resolve_module_attribute(tmp_path, monkeypatch):
+def test_get_module_attribute(tmp_path, monkeypatch):
     (tmp_path / "my_algs_for_test.py").write_text(
         "from bec_jax.algorithms import td, Algorithm, step_size\n"
         "MINE = Algorithm(name='mine', init=td.init, update=lambda s, tr, eta: td.update(s, tr, eta),\n"
@@ -413,15 +413,27 @@ def test_resolve_module_attribute(tmp_path, monkeypatch):
         "NOT_ALG = 3\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    alg = algorithms.resolve("my_algs_for_test:MINE")
+    alg = algorithms.get("my_algs_for_test:MINE")
     assert alg.name == "mine" and alg.names == ("eta",)
-    assert "mine" not in algorithms.names()  # resolving does not register
+    assert "mine" not in algorithms.names()  # importing does not register
     with pytest.raises(ValueError, match="not a bec_jax Algorithm"):
-        algorithms.resolve("my_algs_for_test:NOT_ALG")
+        algorithms.get("my_algs_for_test:NOT_ALG")
     with pytest.raises(ValueError, match="has no attribute 'NOPE'"):
-        algorithms.resolve("my_algs_for_test:NOPE")
+        algorithms.get("my_algs_for_test:NOPE")
     with pytest.raises(ValueError, match="cannot import 'no_such_module_xyz'"):
-        algorithms.resolve("no_such_module_xyz:X")
+        algorithms.get("no_such_module_xyz:X")
+    assert algorithms.get(alg) is alg and algorithms.get("td") is algorithms.td.ALGORITHM
+
+
+def test_old_name_resolve_says_where_it_went():
+    # `resolve` (an algorithm by name) read like `resolve_step` (a step size at a count).
+    with pytest.raises(AttributeError, match=r"algorithms.resolve was renamed algorithms.get \(an algorithm "
+                                             r"by name\); for a step size at a count use algorithms.resolve_step"):
+        algorithms.resolve("td")
+    assert not hasattr(algorithms, "resolve") and "resolve" not in algorithms.__all__
+    assert float(algorithms.resolve_step(lambda c: 0.5 / (c + 1), 1)) == 0.25
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        algorithms.nope
 
 
 def test_renamed_algorithm_names_its_new_name():

@@ -6,9 +6,11 @@ Batch them with `jax.vmap`. Each module describes itself with an `Algorithm`
 Every module of this package is found and registered on import, so adding an
 algorithm is adding a module that defines a module-level `Algorithm`.
 
-`get(name)` returns a registered descriptor, `register(alg)` adds a user's, and
-`resolve("package.module:attribute")` imports one from the user's own code.
-This package imports nothing from `bec_jax.envs`.
+`get(name)` returns a registered descriptor (or, given
+`"package.module:attribute"`, imports one from the user's own code) and
+`register(alg)` adds a user's. `resolve_step(step, count)` is a step size at an
+update count (a float as is, a schedule called). This package imports nothing
+from `bec_jax.envs`.
 """
 from __future__ import annotations
 
@@ -44,16 +46,24 @@ RENAMED = {"ctdc_literal": ("ctdc_omega_no_rho", "it puts rho on theta and u but
                             "the paper's sub-sampled form nor the authors' code")}
 
 
-def get(name: str) -> Algorithm:
-    """The registered `Algorithm` called `name`; `ValueError` lists the known names
-    (and names the new name of a renamed one)."""
-    if isinstance(name, str) and name in RENAMED:
-        new, why = RENAMED[name]
-        raise ValueError(f"algorithm: {name!r} was renamed {new!r} ({why}); use {new!r}")
-    if not isinstance(name, str) or name not in _REGISTRY:
-        raise ValueError(f"algorithm: unknown algorithm {name!r}; known: {', '.join(names())} "
-                         "(or package.module:attribute for your own)")
-    return _REGISTRY[name]
+def get(ref) -> Algorithm:
+    """The `Algorithm` `ref` names: a registered name, a `package.module:attribute`
+    reference (imported, not registered), or an `Algorithm` itself (returned as
+    is). `ValueError` lists the known names (and names the new name of a renamed one)."""
+    if isinstance(ref, Algorithm):
+        return ref
+    if isinstance(ref, str) and ref in RENAMED:
+        new, why = RENAMED[ref]
+        raise ValueError(f"algorithm: {ref!r} was renamed {new!r} ({why}); use {new!r}")
+    if isinstance(ref, str) and ref in _REGISTRY:
+        return _REGISTRY[ref]
+    if isinstance(ref, str) and ":" in ref:
+        alg = import_attribute(ref, "algorithm")
+        if not isinstance(alg, Algorithm):
+            raise ValueError(f"algorithm: {ref!r} is a {type(alg).__name__}, not a bec_jax Algorithm")
+        return alg
+    raise ValueError(f"algorithm: unknown algorithm {ref!r}; known: {', '.join(names())} "
+                     "(or package.module:attribute for your own)")
 
 
 def import_attribute(ref: str, field: str):
@@ -77,19 +87,6 @@ def import_attribute(ref: str, field: str):
     return obj
 
 
-def resolve(ref) -> Algorithm:
-    """An `Algorithm` from a registered name, a `package.module:attribute`
-    reference (imported, not registered), or an `Algorithm` itself."""
-    if isinstance(ref, Algorithm):
-        return ref
-    if isinstance(ref, str) and ":" in ref:
-        alg = import_attribute(ref, "algorithm")
-        if not isinstance(alg, Algorithm):
-            raise ValueError(f"algorithm: {ref!r} is a {type(alg).__name__}, not a bec_jax Algorithm")
-        return alg
-    return get(ref)
-
-
 def _discover() -> None:
     """Registers every module-level `Algorithm` of this package's modules (in
     module-name order, then definition order)."""
@@ -105,5 +102,13 @@ def _discover() -> None:
 
 _discover()
 
-__all__ = ["Algorithm", "Hyperparameter", "StepSize", "get", "names", "register", "resolve",
-           "import_attribute", "parameter", "step_size", "resolve_step", "td_error", "vdot", "shared", "sharing"]
+__all__ = ["Algorithm", "Hyperparameter", "StepSize", "get", "names", "register", "import_attribute",
+           "parameter", "step_size", "resolve_step", "td_error", "vdot", "shared", "sharing"]
+
+
+def __getattr__(name: str):
+    # The old name of `get` read too much like `resolve_step`: say where each went.
+    if name == "resolve":
+        raise AttributeError("algorithms.resolve was renamed algorithms.get (an algorithm by name); "
+                             "for a step size at a count use algorithms.resolve_step")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
