@@ -1,9 +1,12 @@
 """Step-size schedules with optax's `Schedule` signature (count -> value).
 
-A step size is a float or a schedule; the update functions resolve it at the
-state's update count (`algorithms.base.resolve`). This is the one mechanism: a
-sweep's Robbins-Monro schedule is built here from each grid value and handed to
-the update like any optax schedule.
+A sweep's Robbins-Monro schedule is built here from each grid value. The
+engine resolves a step size's schedule at the counter (the state field an
+`Algorithm` declares as `counter`, read before the update increments it) before
+calling update, so an update run by a sweep receives arrays: `eta * c` works.
+An update called directly (an agent author's own loop) may still receive a
+float or an optax schedule and should call `algorithms.resolve_step(step,
+state.count)`, as every built-in update does (a no-op on a number).
 """
 import jax.numpy as jnp
 import optax

@@ -394,6 +394,9 @@ class SweepSpec:
 
     def _check_schedule(self, alg: Algorithm) -> None:
         s = self.schedule
+        if s.kind == "robbins_monro" and alg.step_sizes and alg.counter is None:
+            raise ValueError(f"schedule: robbins_monro is evaluated at the update counter, but {alg.name} "
+                             "declares none (counter=None)")
         for name, _ in s.exponents:
             if s.kind != "robbins_monro":
                 raise ValueError(f"schedule.p_{name}: used only by the robbins_monro schedule, not {s.kind!r}")

@@ -268,6 +268,16 @@ def _state_axes(template, counter: str | None, skip=()):
     return jax.tree_util.tree_map_with_path(axis, template)
 
 
+def _counter_index(template, counter: str | None) -> int | None:
+    """The position among the state's leaves of the update counter, the one scalar
+    leaf named `counter` (the leaf `_state_axes` keeps unbatched); None if there
+    is no such leaf. (Not `getattr`: every NamedTuple has a `count` method.)"""
+    hits = [i for i, (path, leaf) in enumerate(jax.tree_util.tree_flatten_with_path(template)[0])
+            if counter is not None and path and getattr(leaf, "shape", None) == ()
+            and (getattr(path[-1], "name", None) or getattr(path[-1], "key", None)) == counter]
+    return hits[0] if len(hits) == 1 else None
+
+
 def _run_ok(state, bound: float, axes=None) -> jax.Array:
     """True where every batched float leaf of the state is finite and within the
     bound (NaN fails the comparison, so it counts as diverged), over the leaves'
@@ -437,13 +447,25 @@ def _member(spec: SweepSpec, group: Group, k: int, dtype, tr_axis) -> _Member:
     if not hasattr(template, alg.weights):
         raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state "
                          f"({type(template).__name__}) has no such field")
+    scheduled = schedule.kind == "robbins_monro" and any(h.step_size for h in traced)
+    counter_at = _counter_index(template, alg.counter)
+    if scheduled and counter_at is None:
+        raise ValueError(f"schedule: robbins_monro is evaluated at the update counter, but {alg.name} "
+                         + ("declares none (counter=None)" if alg.counter is None else
+                            f"declares counter {alg.counter!r} and its state ({type(template).__name__}) "
+                            "has no such field (one scalar)"))
 
     def update_one(state, tr, hp_vals):
         hp = dict(static)
         for h in traced:
             v = hp_vals[h.name]
-            if h.step_size and schedule.kind == "robbins_monro":
-                v = robbins_monro(v, schedule.t0, schedule.exponent(h.name))
+            if h.step_size and scheduled:
+                # Resolved here, at the count the update reads before incrementing it,
+                # so an update always gets an array: a user's `eta * c` needs no
+                # `resolve_step`, and a built-in's own resolve is then a no-op (the
+                # same operations on the same values: the same bits).
+                count = jax.tree_util.tree_leaves(state)[counter_at]
+                v = robbins_monro(v, schedule.t0, schedule.exponent(h.name))(count)
             hp[h.name] = v
         return alg.apply(state, tr, hp)
 

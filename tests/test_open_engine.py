@@ -379,10 +379,10 @@ def test_static_hyperparameter_compiles_one_program_per_value(monkeypatch):
 
 # ------------------------------------------------------------------ schedules: one mechanism
 
-def test_robbins_monro_schedule_is_resolved_by_the_update():
-    """The sweep hands each update a Robbins-Monro schedule (an optax-style
-    callable of the update count); a loop calling the public update with the same
-    schedules gives the same numbers."""
+def test_robbins_monro_schedule_is_resolved_at_the_counter():
+    """The sweep evaluates each step size's Robbins-Monro schedule at the update
+    counter and hands the update the value; a loop calling the public update with
+    the same schedules (resolved by the update itself) gives the same numbers."""
     from bec_jax.schedules import robbins_monro
     spec = SweepSpec(env="two_state", algorithm="ctd", alpha=(0.05,), beta=(0.2,), seeds=1, steps=60,
                      log_every=20, schedule={"kind": "robbins_monro", "t0": 10.0, "p_alpha": 0.9, "p_beta": 0.55})

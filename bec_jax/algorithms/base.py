@@ -27,7 +27,8 @@ StepSize = Union[float, jax.Array, optax.Schedule]
 
 
 def resolve(step: StepSize, count: jax.Array) -> jax.Array:
-    """The step size to use at update number `count` (calls a schedule)."""
+    """The step size to use at update number `count` (calls a schedule); public
+    as `algorithms.resolve_step`."""
     return step(count) if callable(step) else step
 
 
@@ -135,8 +136,9 @@ class Hyperparameter:
       doc: one line saying what it is.
       default: the value used when a sweep does not give one (None: required).
       low, high: the allowed range; `low_open` / `high_open` exclude the end.
-      step_size: a step size. It must be > 0, the update accepts it as a float or
-        an optax schedule, and a sweep's Robbins-Monro schedule applies to it.
+      step_size: a step size. It must be > 0 and a sweep's Robbins-Monro schedule
+        applies to it (the engine passes its value at the update counter; see
+        `Algorithm`).
       static: changes the program's structure (a Python value at trace time, not
         an array): each value compiles its own program.
       arg: the keyword `update` takes it as (default `name`; `lambda` is a Python
@@ -233,15 +235,23 @@ class Algorithm:
       name: the registry name (`--algorithm NAME`).
       init: `init(theta0) -> state`, a NamedTuple of arrays for one example.
       update: `update(state, transition, **hyperparameters) -> state` for one
-        example; each hyperparameter is passed by its `Hyperparameter.arg`.
+        example; each hyperparameter is passed by its `Hyperparameter.arg`. The
+        engine resolves a step size's schedule at the counter before calling
+        update, so from a sweep every hyperparameter arrives as a number (an
+        array). An update called directly (an agent author's own loop) may
+        still receive a float or an optax schedule and should call
+        `resolve_step(step, state.count)`, as the built-in updates do (a no-op
+        on a number).
       hyperparameters: what `update` takes, in grid order (the first varies
         slowest in a cartesian grid).
       equations: the equations implemented, by printed number and LaTeX label,
         e.g. "eqs. (30)-(31) [omegawithrho, thetawithrho] of the paper".
       weights: the state field holding the value weights theta (metrics read it;
         `analysis.slow_ode_matrix` treats it as the slow variable).
-      counter: the state field counting updates (the argument of step-size
-        schedules), or None. Every run of a sweep updates once per step, so the
+      counter: the state field counting updates, or None (then a sweep refuses
+        the robbins_monro schedule). A step size's schedule is evaluated at its
+        value in the state the update receives, the count before this update
+        increments it. Every run of a sweep updates once per step, so the
         engine keeps one copy of it for all runs of a sweep.
       label: the display name in figures and tables (default: name upper-cased).
       traces: {field: expectation} for state fields that are traces (followon or
