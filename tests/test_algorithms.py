@@ -310,8 +310,11 @@ def test_vrc_and_ctd_give_identical_trajectories():
         return jax.lax.scan(body, init, jax.random.split(k1, 2000))[1]
 
     ct, co, vt, vr, st = run(jax.random.key(0))
-    np.testing.assert_array_equal(ct, vt)
-    np.testing.assert_array_equal(co, vr)
+    # Two update functions that compute the same recursion: equal to rounding, not
+    # bit for bit (XLA may contract their multiply-adds differently on another CPU).
+    # Any real difference in the recursion compounds over the 2000 steps far past this.
+    np.testing.assert_allclose(ct, vt, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(co, vr, rtol=1e-5, atol=1e-6)
     assert np.abs(np.diff(co)).max() > 0.01  # omega really moved
     # SRC is not the same recursion: its rbar tracks the (zero) reward, not the TD error.
     assert np.abs(np.asarray(st[-1]) - np.asarray(ct[-1])).max() > 0.1

@@ -45,14 +45,16 @@ def lambda_sweep():
     return sweep.run(spec)
 
 
-def test_lambda_zero_is_ctd_bit_for_bit(lambda_sweep):
+def test_lambda_zero_is_ctd(lambda_sweep):
     r = lambda_sweep
     assert list(r.grid) == ["alpha", "beta", "lambda"]
     ctd = sweep.run(SweepSpec(env="two_state", algorithm="ctd", alpha=(0.01, 0.05), beta=(0.1,),
                               metrics=("rmscbe", "rmsve"), **SMALL))
     lam0 = np.flatnonzero(r.grid["lambda"] == 0.0)
-    np.testing.assert_array_equal(r.mean[:, lam0], ctd.mean)
-    np.testing.assert_array_equal(r.final[:, lam0], ctd.final)
+    # Two programs (the trace e = phi at lambda = 0 is exact, but XLA may contract
+    # the two updates' multiply-adds differently on another CPU): equal to rounding.
+    np.testing.assert_allclose(r.mean[:, lam0], ctd.mean, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(r.final[:, lam0], ctd.final, rtol=1e-5, atol=1e-7)
     # lambda > 0 is a different recursion (not a relabelled copy).
     lam9 = np.flatnonzero(r.grid["lambda"] == 0.9)
     assert not np.allclose(r.final[:, lam9], ctd.final)
@@ -317,11 +319,13 @@ def test_user_algorithm_sweeps_from_python():
     finally:
         algorithms._REGISTRY.pop("user_scaled_td", None)
     td = sweep.run(SweepSpec(env="two_state", algorithm="td", alpha=(0.01, 0.02, 0.04), **SMALL))
-    # (eta, c) = (0.01, 2.0) is TD at alpha = 0.02 (same arithmetic: 0.01 * 2.0 == 0.02 exactly).
+    # (eta, c) = (0.01, 2.0) is TD at alpha = 0.02 (0.01 * 2.0 == 0.02 exactly), but in
+    # another program, which XLA may round differently on another CPU: equal to rounding.
+    # (alpha = 0.01 or 0.04 would be off by far more.)
     i = int(np.flatnonzero((r.grid["eta"] == 0.01) & (r.grid["c"] == 2.0))[0])
-    np.testing.assert_array_equal(r.mean[:, i], td.mean[:, 1])
+    np.testing.assert_allclose(r.mean[:, i], td.mean[:, 1], rtol=1e-5, atol=1e-7)
     i = int(np.flatnonzero((r.grid["eta"] == 0.02) & (r.grid["c"] == 1.0))[0])
-    np.testing.assert_array_equal(r.mean[:, i], td.mean[:, 1])
+    np.testing.assert_allclose(r.mean[:, i], td.mean[:, 1], rtol=1e-5, atol=1e-7)
     # analysis gives its ODE matrix: -c A.
     G, _ = analysis.expected_update(envs.make("two_state"), USER_ALG, {"eta": 1.0, "c": 2.0})
     np.testing.assert_allclose(G, -2.0 * analysis.td_matrices(envs.make("two_state"))[0])
@@ -345,7 +349,7 @@ def test_user_algorithm_from_the_command_line(tmp_path, monkeypatch, capsys):
     r = SweepResult.load("out")
     assert r.spec.algorithm == "my_user_alg:ALG" and list(r.grid) == ["eta", "c"]
     td = sweep.run(SweepSpec(env="two_state", algorithm="td", alpha=(0.01, 0.02), **SMALL))
-    np.testing.assert_array_equal(r.mean, td.mean)
+    np.testing.assert_allclose(r.mean, td.mean, rtol=1e-5, atol=1e-7)  # another program: to rounding
     # An option the algorithm does not declare is refused, naming it.
     code = cli.main(["run", "--env", "two_state", "--algorithm", "my_user_alg:ALG", "--eta", "0.01",
                      "--alpha", "0.1", "--out", "out2"])
