@@ -27,9 +27,17 @@ The budget for one call: `memory_budget` if given, else the smaller of
 backend reports it, e.g. a GPU; on a CPU half the host's available memory). On a
 CPU, with no budget given, a call also keeps its carried state within
 `CPU_CACHE_BYTES` per device: a state that stays in cache updates faster.
+
+Under an address-space limit (`ulimit -v`, usual on HPC nodes) the plan also
+counts address space: what the process has mapped already (JAX reserves over a
+GB), a CPU call's buffers, the host arrays and the log files the finished run
+maps, plus `ADDRESS_MARGIN`; a run that would not fit is refused naming the
+field to change, and the default budget of a CPU call is at most half of what
+the limit leaves.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from typing import NamedTuple
@@ -45,6 +53,8 @@ SEGMENT_REPORT_FRACTION = 4     # a segment's reports use at most budget / 4
 CPU_CACHE_BYTES = 1_500_000     # carried state per device of one call on a CPU (cache-sized)
 MAX_CALLS = 100_000             # more seed chunks than this: refused (the budget is too small to be useful)
 LAZY_LOG_BYTES = 256 << 20      # log arrays above this stream to disk and load memory-mapped
+ADDRESS_MARGIN = 512 << 20      # address space a run takes beyond the plan (compiler, threads): 250-300 MB measured
+MIN_BUDGET = 64 << 20           # the least default budget (below it the plan's own refusals speak)
 
 
 class TooLarge(ValueError):
@@ -115,6 +125,65 @@ def device_available(device) -> int:
     if stats and stats.get("bytes_limit"):
         return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
     return host_available() // 2
+
+
+def address_space_limit() -> int | None:
+    """The soft limit on this process's address space in bytes (`ulimit -v`,
+    usual on HPC login and batch nodes), or None when there is none."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY or soft < 0 else int(soft)
+
+
+def address_space_used() -> int:
+    """Bytes of address space this process has now (VmSize; JAX alone reserves
+    over a GB of it), 0 where /proc does not say."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def address_space_free() -> int | None:
+    """Bytes of address space left under the limit, or None when there is no limit."""
+    limit = address_space_limit()
+    return None if limit is None else limit - address_space_used()
+
+
+def address_space_note() -> str:
+    """What bounds memory here, for an error line: 'address space limited to
+    15.3 GiB by ulimit -v (16000000 kB)', or the host memory available."""
+    limit = address_space_limit()
+    if limit is None:
+        return f"no address-space limit (ulimit -v); about {human(host_available())} of host memory is available"
+    return f"address space limited to {limit / 2**30:.1f} GiB by ulimit -v ({limit // 1024} kB)"
+
+
+def is_memory_error(e: BaseException) -> bool:
+    """Whether `e` says memory ran out: MemoryError, OSError ENOMEM (a mapping
+    refused), or a host callback's error whose last line is one of those."""
+    if isinstance(e, MemoryError) or (isinstance(e, OSError) and e.errno == errno.ENOMEM):
+        return True
+    last = last_line(e)
+    return last.startswith("MemoryError") or "[Errno 12]" in last
+
+
+def last_line(e: BaseException) -> str:
+    """The exception's last line, as a traceback ends: 'ZeroDivisionError: division
+    by zero'. An error carried through a JAX host callback ends with the
+    original exception's line, which is the one returned."""
+    text = str(e).strip()
+    if "Traceback (most recent call last)" in text:
+        return text.splitlines()[-1].strip()
+    first = text.splitlines()[0].strip() if text else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
 
 
 def disk_free(path: str) -> int:
@@ -241,8 +310,13 @@ def _cache_bytes(device, n_devices: int, memory_budget: int | None) -> int | Non
 
 
 def default_budget(device) -> int:
-    """The default device budget of one call: DEFAULT_BUDGET or what is free, the less."""
-    return min(DEFAULT_BUDGET, device_available(device))
+    """The default device budget of one call: DEFAULT_BUDGET or what is free, the
+    less; on a CPU under an address-space limit, at most half of what it leaves."""
+    budget = min(DEFAULT_BUDGET, device_available(device))
+    free = address_space_free() if device.platform == "cpu" else None
+    if free is not None:  # a CPU device's buffers are this process's address space
+        budget = min(budget, max((free - ADDRESS_MARGIN) // 2, MIN_BUDGET))
+    return budget
 
 
 def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_size: int | None = None,
@@ -333,6 +407,8 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
         raise TooLarge(f"seeds: {N} seeds x {G_all} grid points need about {human(host)} of host memory for "
                        f"the per-seed results; about {human(host_budget)} is available; use fewer seeds or "
                        "grid points")
+    mapped = log_bytes(spec, sz) + 8 * sz.log_points if lazy else 0  # the finished run maps its logs and steps
+    _check_address_space(spec, sz, device, device_bytes, host, mapped)
     if out is not None:
         free = disk_free(out)
         if disk > free:
@@ -340,3 +416,31 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
                            f"{G_all} grid points); {human(free)} is free where {out!r} is; log less often "
                            "(a larger log_every) or free space")
     return Plan(grid, seeds, blocks, budget, device_bytes, host, disk, lazy, N, L)
+
+
+def _check_address_space(spec, sz: Sizes, device, device_bytes: int, host: int, mapped: int) -> None:
+    """`TooLarge` naming the field to change when the run would not fit under the
+    address-space limit (`ulimit -v`): what this process has mapped now, plus
+    the call's buffers (a CPU device's are the process's own), the host arrays,
+    the log files the finished run maps and a margin, counted together."""
+    limit = address_space_limit()
+    if limit is None:
+        return
+    used = address_space_used()
+    device_bytes = device_bytes if device.platform == "cpu" else 0
+    need = device_bytes + host + mapped + ADDRESS_MARGIN
+    if used + need <= limit:
+        return
+    L, G = sz.log_points, spec.num_points
+    logs = mapped + (host - per_seed_bytes(spec, sz) if not mapped else 0)
+    parts = {"log_every": logs, "memory_budget": device_bytes, "seeds": per_seed_bytes(spec, sz)}
+    field = max(parts, key=parts.get)
+    what = {"log_every": f"for the logs of {L} log points x {G} grid points",
+            "memory_budget": "for one compiled call's buffers",
+            "seeds": f"for the per-seed results of {spec.seeds} seeds x {G} grid points"}[field]
+    todo = {"log_every": "log less often (a larger --log-every)",
+            "memory_budget": "lower --memory-budget",
+            "seeds": "use fewer seeds or grid points"}[field]
+    raise TooLarge(f"{field}: the run needs about {human(need)} of address space ({human(parts[field])} of it "
+                   f"{what}) on top of the {human(used)} this process has; {address_space_note()}; {todo} "
+                   "or raise the limit (ulimit -v)")
