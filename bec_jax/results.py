@@ -13,6 +13,7 @@ saved statistic therefore never means "diverged"; `sweep.run` warns if one appea
 """
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import math
@@ -38,10 +39,138 @@ def log_path(out_dir: str, name: str) -> str:
     return os.path.join(out_dir, LOGS_DIR, f"{name}.npy")
 
 
-def open_log(out_dir: str, name: str, shape: tuple, dtype) -> np.memmap:
-    """A new memory-mapped .npy file for log array `name` (see `LOG_LAYOUT`)."""
+class NpyFile:
+    """A C-ordered .npy file read and written a slab at a time with plain file
+    I/O, never mapped whole: a mapping takes address space for the whole file,
+    which a `ulimit -v` (usual on HPC nodes) refuses for a multi-GB log.
+
+    Indexing takes `[lead..., a:b]`: any NumPy index into the leading axes
+    (integers, slices, index arrays, `...`) and a unit-step slice of the last
+    axis, each row of which is one contiguous run of the file. `mapped()` gives
+    the finished file as a read-only `np.memmap`."""
+
+    def __init__(self, path: str, shape: tuple, dtype, offset: int):
+        self.filename = os.path.abspath(path)
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.offset = offset
+
+    @classmethod
+    def create(cls, path: str, shape: tuple, dtype) -> "NpyFile":
+        """A new file of zeros (sparse until written), with the header
+        `np.lib.format.open_memmap` writes."""
+        dtype = np.dtype(dtype)
+        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
+                  "shape": tuple(int(n) for n in shape)}
+        with open(path, "wb") as f:
+            try:
+                np.lib.format.write_array_header_1_0(f, header)
+            except ValueError:  # a header over 64 kB: version 2.0, as open_memmap would choose
+                f.seek(0)
+                f.truncate()
+                np.lib.format.write_array_header_2_0(f, header)
+            offset = f.tell()
+            f.truncate(offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+        return cls(path, shape, dtype, offset)
+
+    @classmethod
+    def open(cls, path: str) -> "NpyFile":
+        """An existing .npy file (C order), to read or write in place."""
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read(f)
+            if fortran or dtype.hasobject:
+                raise ValueError(f"{path}: not a C-ordered numeric .npy file")
+            return cls(path, shape, dtype, f.tell())
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+    itemsize = property(lambda self: self.dtype.itemsize)
+    nbytes = property(lambda self: self.size * self.itemsize)
+
+    def _runs(self, key) -> tuple:
+        """(row numbers with the leading axes' result shape, first column,
+        columns) of `key`."""
+        key = key if isinstance(key, tuple) else (key,)
+        if any(k is Ellipsis for k in key):
+            i = next(i for i, k in enumerate(key) if k is Ellipsis)
+            key = key[:i] + (slice(None),) * (self.ndim - len(key) + 1) + key[i + 1:]
+        key = key + (slice(None),) * (self.ndim - len(key))
+        if len(key) != self.ndim:
+            raise IndexError(f"{self.filename}: {len(key)} indices for {self.ndim} axes")
+        start, stop, step = key[-1].indices(self.shape[-1]) if isinstance(key[-1], slice) else (0, 0, 0)
+        if step != 1:
+            raise IndexError(f"{self.filename}: the last axis takes a unit-step slice, got {key[-1]!r}")
+        rows = np.arange(int(np.prod(self.shape[:-1], dtype=np.int64))).reshape(self.shape[:-1])[key[:-1]]
+        return np.asarray(rows), start, max(0, stop - start)
+
+    def _spans(self, rows: np.ndarray, start: int, n: int):
+        """(byte offset, first row, rows) of each contiguous stretch: whole rows
+        that follow one another are one write."""
+        flat = rows.ravel()
+        L = self.shape[-1]
+        whole = n == L
+        i = 0
+        while i < flat.size:
+            j = i + 1
+            while whole and j < flat.size and flat[j] == flat[j - 1] + 1:
+                j += 1
+            yield self.offset + (int(flat[i]) * L + start) * self.itemsize, i, j - i
+            i = j
+
+    def __getitem__(self, key) -> np.ndarray:
+        rows, start, n = self._runs(key)
+        out = np.empty((rows.size, n), self.dtype)
+        if n:
+            with open(self.filename, "rb") as f:
+                for pos, i, k in self._spans(rows, start, n):
+                    f.seek(pos)
+                    out[i:i + k] = np.fromfile(f, self.dtype, k * n).reshape(k, n)
+        return out.reshape(rows.shape + (n,))
+
+    def __setitem__(self, key, value) -> None:
+        rows, start, n = self._runs(key)
+        if not n or not rows.size:
+            return
+        value = np.broadcast_to(np.asarray(value, self.dtype), rows.shape + (n,)).reshape(rows.size, n)
+        with open(self.filename, "r+b") as f:
+            for pos, i, k in self._spans(rows, start, n):
+                f.seek(pos)
+                f.write(np.ascontiguousarray(value[i:i + k]).data)
+
+    def __array__(self, dtype=None, copy=None):
+        return self[...] if dtype is None else self[...].astype(dtype)
+
+    def flush(self) -> None:
+        """What was written is on disk (as `np.memmap.flush` does)."""
+        with open(self.filename, "r+b") as f:
+            os.fsync(f.fileno())
+
+    def mapped(self) -> np.memmap:
+        """The file as a read-only `np.memmap` (address space for all of it)."""
+        return _map_logs(self.filename)
+
+
+def _map_logs(path: str) -> np.memmap:
+    """`np.load(path, mmap_mode="r")`; a mapping the address-space limit
+    refuses is one line (`ValueError` naming the logs) instead of OSError."""
+    try:
+        return np.load(path, mmap_mode="r")
+    except (OSError, MemoryError) as e:
+        if isinstance(e, OSError) and e.errno != errno.ENOMEM:
+            raise
+        from bec_jax import memory
+        raise ValueError(f"logs: cannot map {path!r} ({memory.human(os.path.getsize(path))}) into memory: "
+                         f"{memory.address_space_note()}; raise the limit (ulimit -v), or read the result "
+                         "where more address space is allowed") from None
+
+
+def open_log(out_dir: str, name: str, shape: tuple, dtype) -> NpyFile:
+    """A new .npy file for log array `name` (see `LOG_LAYOUT`), written in slabs."""
     os.makedirs(os.path.join(out_dir, LOGS_DIR), exist_ok=True)
-    return np.lib.format.open_memmap(log_path(out_dir, name), mode="w+", dtype=dtype, shape=shape)
+    return NpyFile.create(log_path(out_dir, name), shape, dtype)
 
 
 SLAB_BYTES = 64 << 20  # copies of large (memory-mapped) logs go in slabs of log points
@@ -49,7 +178,7 @@ SLAB_BYTES = 64 << 20  # copies of large (memory-mapped) logs go in slabs of log
 
 def copy_rows(dst, rows, src) -> None:
     """dst[rows] = src, in slabs along the last axis when src is large (a
-    memory-mapped chunk log is then never read whole). A 1-D src fills dst whole."""
+    chunk log on disk is then never read whole). A 1-D src fills dst whole."""
     src_bytes = src.size * src.itemsize
     if src_bytes <= SLAB_BYTES:
         dst[rows] = src
@@ -444,7 +573,9 @@ class SweepResult:
     def load(cls, out_dir: str) -> "SweepResult":
         """Reads a result written by `save`. The spec is rebuilt when its
         environment and algorithm can be resolved here; otherwise `spec` is None
-        and `spec_dict` still holds it."""
+        and `spec_dict` still holds it. Logs on disk (`curves/`) are memory-mapped,
+        which takes address space for all of them: where `ulimit -v` refuses
+        that, `ValueError` naming the logs and the limit."""
         from bec_jax.spec import SweepSpec
         with open(os.path.join(out_dir, META_FILE)) as f:
             meta = json.load(f)
@@ -462,7 +593,7 @@ class SweepResult:
             grid = {n: z[GRID_PREFIX + n] for n in columns}
             auc_seed = stack("auc_seed") if all(f"auc_seed_{m}" in z.files for m in metrics) else None
             if LOGS_MARKER in z.files:  # memory-mapped: a long run's logs are never read whole
-                mm = {n: np.load(log_path(out_dir, n), mmap_mode="r") for n in LOG_LAYOUT}
+                mm = {n: _map_logs(log_path(out_dir, n)) for n in LOG_LAYOUT}
                 logs = dict(steps=mm["steps"], mean=np.moveaxis(mm["mean"], 0, 1), std=np.moveaxis(mm["std"], 0, 1),
                             sem=np.moveaxis(mm["sem"], 0, 1), alive=mm["alive"])
             else:

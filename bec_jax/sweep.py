@@ -51,7 +51,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from bec_jax import analysis, memory, provenance, sampling
 from bec_jax.algorithms.base import sharing
 from bec_jax.mdp import fingerprint
-from bec_jax.results import SweepResult, copy_rows
+from bec_jax.results import NpyFile, SweepResult, copy_rows
 from bec_jax.schedules import robbins_monro
 from bec_jax.spec import SweepSpec
 
@@ -1106,7 +1106,7 @@ def _memo_key(spec, group: Group, size: int, devices, compiler_options, eng) -> 
 class MemoryOutputs:
     """Where a segmented chunk's logged statistics go: arrays in memory (the
     default of `run_chunks`). `runner.ChunkStore` offers the same methods on disk:
-    memory-mapped files written segment by segment, and checkpoints of the
+    .npy files written a segment's slab at a time, and checkpoints of the
     carried state so a stopped chunk resumes at its last finished segment."""
 
     def arrays(self, index: int, shapes: dict) -> dict:
@@ -1216,9 +1216,12 @@ def _run_segmented(spec, progs: dict, c: Chunk, seed_dev, grid, index: int, outp
             done["j"] = j + n
             if on_segment is not None:
                 on_segment(index, done["j"], L, save)
-    except jax.errors.JaxRuntimeError as e:
-        if _is_oom(e) and done["j"] > 0:
-            save()  # the segments finished so far are kept for --resume
+    except Exception as e:
+        if (_is_oom(e) or memory.is_memory_error(e)) and done["j"] > 0:
+            try:
+                save()  # the segments finished so far are kept for --resume
+            except (OSError, MemoryError):
+                pass  # memory or disk too short even for that: the chunk starts over
         raise
     fins = [jax.device_get(_execute(progs["finish"], seed_dev, grid, off, on_device(carries[s])))
             for s, off in enumerate(offsets)]
@@ -1460,8 +1463,8 @@ def gather(num_points: int, groups: list[Group], chunks: list[Chunk], results: d
            alloc: Callable | None = None) -> dict:
     """{output: array with the grid axis first, in grid order} from every
     chunk's outputs (`results[i]` for chunk i). `alloc(name, shape, dtype)`
-    makes each array (default `np.empty`; a memory-mapped file for logs that
-    stream to disk)."""
+    makes each array (default `np.empty`; for logs that stream to disk a
+    `results.NpyFile`, written a slab at a time)."""
     alloc = alloc or (lambda name, shape, dtype: np.empty(shape, dtype))
     cat = {}
     for name in results[0]:
@@ -1484,15 +1487,24 @@ def _steps(spec: SweepSpec, alloc: Callable | None) -> np.ndarray:
     return out
 
 
+def _mapped(x):
+    """Logs written to a file in slabs, mapped read-only once complete (the
+    address space this takes is in the memory plan)."""
+    return x.mapped() if isinstance(x, NpyFile) else x
+
+
 def assemble(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], results: dict,
              meta: dict | None = None, alloc: Callable | None = None) -> SweepResult:
     """The `SweepResult` in grid order from every chunk's outputs (see `gather`
-    for `alloc`). Memory-mapped logs (a segmented run's, which already hold the
-    +inf convention) are left on disk."""
-    cat = gather(spec.num_points, groups, chunks, results, alloc)
+    for `alloc`). Logs on disk (a segmented run's, which already hold the +inf
+    convention, and `alloc`'s files) stay there, memory-mapped read-only."""
+    if alloc is not None:  # logs bound for files get the +inf convention on the way, chunk by chunk
+        results = {i: _unbounded_where_diverged(r) if type(r["mean"]) is np.ndarray else r
+                   for i, r in results.items()}
+    cat = {k: _mapped(v) for k, v in gather(spec.num_points, groups, chunks, results, alloc).items()}
     cat = _unbounded_where_diverged(cat, logs=not isinstance(cat["mean"], np.memmap))
     _check_finite(cat)
-    steps = _steps(spec, alloc)
+    steps = _mapped(_steps(spec, alloc))
     return SweepResult(
         spec=spec, steps=steps, grid=spec.grid_arrays(),
         mean=np.moveaxis(cat["mean"], 0, 1), std=np.moveaxis(cat["std"], 0, 1),
