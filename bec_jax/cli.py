@@ -21,7 +21,10 @@ parameter of ENV too: `--env-param gamma=0.8,0.9` (repeatable).
 Bad input is refused before any work starts, with one line
 `bec-jax: error: <field>: <what was given and what is allowed>`, exit status 2,
 no traceback, and nothing written. Running into a directory, resuming and
-stopping on Ctrl-C/SIGTERM are `bec_jax.runner`'s; see its docstring.
+stopping on Ctrl-C/SIGTERM are `bec_jax.runner`'s; see its docstring. A long
+command (run, control, study, reproduce) that makes no progress for
+--stall-timeout seconds (no CPU used, no chunk finished: a deadlock) leaves its
+thread stacks in DIR/stall-<pid>.txt and exits with status 75 (`bec_jax.watchdog`).
 """
 from __future__ import annotations
 
@@ -209,6 +212,26 @@ def enable_compilation_cache() -> None:
         pass  # a read-only home only costs the cache
 
 
+STALL_HELP = ("seconds without progress (no CPU used, no chunk finished) after which the command is taken to "
+              "hang: it writes its thread stacks to OUT/stall-PID.txt and exits with status 75; 0 turns this off "
+              "(default: $BEC_JAX_STALL_TIMEOUT, else 120 on a CPU and off on a GPU)")
+
+
+def _stall_timeout(text: str) -> float:
+    from bec_jax.watchdog import parse_timeout
+    try:
+        return parse_timeout(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _watchdog(args, out: str, hint: str):
+    """The stall watchdog of a long command (`bec_jax.watchdog`), started once
+    JAX is set up (its default depends on the backend)."""
+    from bec_jax import watchdog
+    return watchdog.Watchdog(watchdog.timeout_for(args.stall_timeout), out, hint)
+
+
 def _given(args) -> list[str]:
     """The spec options given on the command line (their defaults are None)."""
     given = [d for d in SPEC_DESTS if getattr(args, d, None) is not None]
@@ -271,7 +294,7 @@ def spec_from_args(args):
     missing = [n for n in ("env", "algorithm") if getattr(args, n) is None]
     if missing:
         raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")
-    alg = algorithms.resolve(args.algorithm)
+    alg = algorithms.get(args.algorithm)
     hyper, exponents = {}, {}
     for name, text in args.hyper.items():
         if name.startswith("p_") and name[2:] in alg.step_sizes:
@@ -323,7 +346,9 @@ def _run_into_dir(spec, args, command: str):
     part = runner.parse_part(args.chunks) if args.chunks is not None else None
     chunks_dir = os.path.join(args.out, runner.CHUNKS_DIR)
     again = f"bec-jax {command} --out {shlex.quote(args.out)} --resume"
-    with runner.StopOnSignal() as stop:
+    rerun = (f"to continue: {again}" if part is None
+             else "to continue: run this part again (its saved chunks are kept)")
+    with runner.StopOnSignal() as stop, _watchdog(args, args.out, rerun):
         try:
             budget = getattr(args, "memory_budget", None)
             result = runner.run_to_dir(spec, args.out, overwrite=args.overwrite, resume=args.resume,
@@ -453,7 +478,9 @@ def cmd_study(args) -> int:
     if known is not None:
         _enable_x64_for(spec for _, spec in known.sweeps)
     enable_compilation_cache()
-    with runner.StopOnSignal() as stop:
+    again = (f"to continue: bec-jax study --out {shlex.quote(args.out)} --resume" if not args.chunks
+             else "to continue: run this part again (its saved chunks are kept)")
+    with runner.StopOnSignal() as stop, _watchdog(args, args.out, again):
         try:
             study.run(st, args.out, resume=args.resume, overwrite=args.overwrite, stop=stop,
                       confirm_seeds=args.confirm_seeds, chunk_size=args.chunk_size, part=args.chunks)
@@ -575,9 +602,13 @@ def cmd_reproduce(args) -> int:
     exp = importlib.import_module("bec_jax.experiments." + {"bec": "paper", "tdrc": "tdrc",
                                                              "control": "control"}[args.paper])
     out = args.out or os.path.join("results", "paper" if args.paper == "bec" else args.paper)
-    runner.prepare_out_dir(out, args.overwrite, allow=exp.is_reproduce_dir)
     enable_compilation_cache()
-    exp.reproduce(out_dir=out, quick=args.quick)
+    again = (f"to start it again: bec-jax reproduce --paper {args.paper}{' --quick' if args.quick else ''} "
+             f"--out {shlex.quote(out)}")
+    guard = _watchdog(args, out, again)  # a bad BEC_JAX_STALL_TIMEOUT is refused before --out is made
+    runner.prepare_out_dir(out, args.overwrite, allow=exp.is_reproduce_dir)
+    with guard:
+        exp.reproduce(out_dir=out, quick=args.quick)
     return 0
 
 
@@ -625,6 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--confirm-seeds", type=_int("confirm_seeds"), metavar="N",
                    help="re-run the best setting on N fresh seeds and report both (confirm.json)")
     r.add_argument("--distributed", metavar="auto|HOST:PORT,N,ID", help=DISTRIBUTED_HELP)
+    r.add_argument("--stall-timeout", type=_stall_timeout, metavar="SECONDS", help=STALL_HELP)
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("control", help="run one control sweep (epsilon-greedy agents on a control task)",
@@ -656,6 +688,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--overwrite", action="store_true", help="allow a non-empty --out (start over)")
     c.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     c.add_argument("--chunks", metavar="K/N", help="compute only the K-th of N parts into --out")
+    c.add_argument("--stall-timeout", type=_stall_timeout, metavar="SECONDS", help=STALL_HELP)
     c.set_defaults(func=cmd_control)
 
     st = sub.add_parser("study", help="run several sweeps from one TOML file", allow_abbrev=False)
@@ -669,6 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="compute only the K-th of N disjoint parts of every sweep's chunks into --out; then "
                          "`bec-jax study --out DIR --resume` assembles the study")
     st.add_argument("--distributed", metavar="auto|HOST:PORT,N,ID", help=DISTRIBUTED_HELP)
+    st.add_argument("--stall-timeout", type=_stall_timeout, metavar="SECONDS", help=STALL_HELP)
     st.set_defaults(func=cmd_study)
 
     pl = sub.add_parser("plot", help="figures and a table of runs or studies", allow_abbrev=False)
@@ -696,6 +730,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--out", default=None, help="output directory (default results/paper or results/<paper>)")
     q.add_argument("--overwrite", action="store_true",
                    help="allow a non-empty --out that an earlier `reproduce` did not write")
+    q.add_argument("--stall-timeout", type=_stall_timeout, metavar="SECONDS", help=STALL_HELP)
     q.set_defaults(func=cmd_reproduce)
     return p
 
@@ -704,6 +739,29 @@ def _error(message) -> int:
     text = " ".join(str(message).split("\n"))
     print(f"bec-jax: error: {text}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _not_a_callback_failure(record) -> bool:
+    return not str(record.msg).endswith(" failed")
+
+
+def _quiet_callback_failures() -> None:
+    """JAX logs a failed host callback's traceback before raising its error; the
+    run's one line says what failed (`runner.AlgorithmFailed`), so the log
+    records are dropped."""
+    import logging
+    for name in ("jax._src.callback", "jax._src.debugging"):
+        logging.getLogger(name).addFilter(_not_a_callback_failure)  # once: a filter already there is kept
+
+
+def _forget_failed_callbacks() -> None:
+    """A failed host callback's error stays in JAX's runtime tokens, which raise
+    it again at exit (tracebacks after the one line); forgotten once reported."""
+    try:
+        from jax._src import dispatch
+        dispatch.runtime_tokens.clear()
+    except Exception:  # a private part of JAX: without it only the exit is noisier
+        pass
 
 
 def parse(argv=None):
@@ -733,7 +791,8 @@ def main(argv=None) -> int:
     if getattr(args, "confirm_seeds", None) is not None and args.confirm_seeds < 2:
         return _error(f"confirm_seeds: at least 2 seeds (for an interval), got {args.confirm_seeds}")
     use_all_cpu_cores()
-    from bec_jax.runner import Interrupted
+    from bec_jax.runner import AlgorithmFailed, Interrupted
+    _quiet_callback_failures()
     try:
         if getattr(args, "distributed", None):
             if getattr(args, "chunks", None):
@@ -741,7 +800,8 @@ def main(argv=None) -> int:
                                  "joins processes into one run; give one")
             init_distributed(args.distributed)
         return args.func(args)
-    except ValueError as e:  # UsageError, RunError and the spec's validation errors
+    except (ValueError, AlgorithmFailed) as e:  # bad input, memory, the user's algorithm: one line
+        _forget_failed_callbacks()
         return _error(e)
     except Interrupted as e:
         print(f"bec-jax: interrupted by {signal.Signals(e.signum).name}", file=sys.stderr)

@@ -12,22 +12,31 @@ SIGTERM stops it after the chunk in progress (a second signal stops at once):
 `Interrupted` is raised, and `resume=True` later skips the finished chunks, with
 results identical bit for bit to an uninterrupted run. The chunks are removed
 once the results are written.
+
+A run that fails (memory ran out, the user's algorithm raised, a file could not
+be written) raises one line (`memory.OutOfMemory`, `AlgorithmFailed`,
+`RunError`): with the chunks it saved kept for `resume=True`, or, when it saved
+nothing, with nothing left behind, so the same call runs again.
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import re
 import shutil
 import signal
+import sys
 import threading
 import time
+import traceback
 from typing import Callable
 
 import numpy as np
 
-from bec_jax import memory
-from bec_jax.results import TMP_PREFIX, SweepResult, atomic_write, write_json
+from bec_jax import memory, watchdog
+from bec_jax.results import TMP_PREFIX, NpyFile, SweepResult, atomic_write, write_json
 from bec_jax.spec import SweepSpec
 
 CHUNKS_DIR = "chunks"
@@ -40,6 +49,12 @@ CHECKPOINT_EVERY_S = 300.0  # a long segmented chunk also keeps its state this o
 class RunError(ValueError):
     """Bad input for a run (a directory that cannot be used, a resume that does
     not match): one line naming the field."""
+
+
+class AlgorithmFailed(RuntimeError):
+    """The user's own algorithm code raised (while tracing, or at run time in a
+    host callback): one line naming the algorithm, its module and the
+    exception's last line; the original exception is the `__cause__`."""
 
 
 # ------------------------------------------------------------------ output directory
@@ -190,6 +205,7 @@ class ChunkStore:
                 if time.monotonic() - t0 > timeout:
                     raise RunError(f"chunks: {self.manifest_path!r} did not appear within {timeout:.0f} s "
                                    f"(a stale {lock!r}? remove it)") from None
+                watchdog.beat()  # an idle wait with its own time limit, not a hang
                 time.sleep(0.05)
         else:
             os.close(fd)
@@ -201,12 +217,13 @@ class ChunkStore:
     # -- a segmented chunk's logs and checkpoints (the `sweep.MemoryOutputs` methods, on disk)
 
     def part_dir(self, index: int) -> str:
-        """Where chunk `index` of a segmented run keeps its logs (memory-mapped
-        .npy files written segment by segment) and its checkpoint."""
+        """Where chunk `index` of a segmented run keeps its logs (.npy files
+        written segment by segment) and its checkpoint."""
         return os.path.join(self.dir, f"chunk_{index:05d}")
 
     def arrays(self, index: int, shapes: dict) -> dict:
-        """Chunk `index`'s log files, opened for writing: kept as they are when a
+        """Chunk `index`'s log files (`NpyFile`s: each segment's slab is written
+        in place, the file never mapped whole), kept as they are when a
         checkpoint will continue them, else created."""
         d = self.part_dir(index)
         os.makedirs(d, exist_ok=True)
@@ -214,9 +231,7 @@ class ChunkStore:
         out = {}
         for name, (shape, dtype) in shapes.items():
             path = os.path.join(d, f"{name}.npy")
-            mode = "r+" if keep and os.path.isfile(path) else "w+"
-            out[name] = np.lib.format.open_memmap(path, mode=mode, dtype=dtype,
-                                                  shape=None if mode == "r+" else shape)
+            out[name] = NpyFile.open(path) if keep and os.path.isfile(path) else NpyFile.create(path, shape, dtype)
         return out
 
     def restore(self, index: int) -> dict | None:
@@ -239,7 +254,7 @@ class ChunkStore:
         once its log files (`logs`, from `arrays`) up to there are on disk."""
         import jax
         for arr in logs.values():
-            if isinstance(arr, np.memmap):
+            if isinstance(arr, (np.memmap, NpyFile)):
                 arr.flush()
         flat = [jax.tree_util.tree_leaves(c) for c in carries]
         arrays = {f"c{s}_{k}": np.asarray(x) for s, leaves in enumerate(flat) for k, x in enumerate(leaves)}
@@ -252,7 +267,7 @@ class ChunkStore:
         """Keeps a finished chunk: its outputs in `chunk_00003.npz`; logs that
         already live in its directory (a segmented chunk's) stay there."""
         d = self.part_dir(index)
-        streamed = {k for k, v in arrays.items() if isinstance(v, np.memmap)
+        streamed = {k for k, v in arrays.items() if isinstance(v, (np.memmap, NpyFile))
                     and os.path.dirname(os.path.abspath(v.filename)) == os.path.abspath(d)}
         for k in streamed:
             arrays[k].flush()
@@ -283,11 +298,21 @@ class ChunkStore:
                 with np.load(path) as z:
                     arrays = {k: z[k] for k in z.files if k != STREAMED_KEY}
                     for k in (z[STREAMED_KEY].tolist() if STREAMED_KEY in z.files else ()):
-                        arrays[k] = np.load(os.path.join(self.part_dir(index), f"{k}.npy"), mmap_mode="r")
+                        arrays[k] = NpyFile.open(os.path.join(self.part_dir(index), f"{k}.npy"))
                 done[index] = arrays
             except (OSError, ValueError, KeyError):
                 continue
         return done
+
+    def has_work(self) -> bool:
+        """Whether a resume would use anything here: a finished chunk or a
+        checkpoint of a chunk's finished segments."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return False
+        return any(n.startswith("chunk_") and (n.endswith(".npz") or os.path.isfile(
+            os.path.join(self.dir, n, CHECKPOINT_FILE))) for n in names)
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -456,14 +481,19 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
             grid_chunk = None if chunk_size is None else sweep.plan_chunk(spec, chunk_size, len(devices))
             forced = dict(chunk_size=grid_chunk, seed_chunk=sweep_kwargs.get("seed_chunk"),
                           segment_blocks=sweep_kwargs.get("segment_blocks"))
-        pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"), device=devices[0],
-                         out=out, **forced)
+        try:  # the plan traces the algorithm's init: a user's may fail here
+            pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
+                             device=devices[0], out=out, **forced)
+        except Exception as e:
+            _raise_contained(e, spec, "")
+            raise
         sweep_kwargs = {k: v for k, v in sweep_kwargs.items()
                         if k not in ("seed_chunk", "segment_blocks", "memory_budget")}
         layout = {"seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks}
         extra = {"memory_plan": pl, "out": out,
                  "outputs": store if writer else None,
                  "alloc": _log_alloc(out) if pl.lazy and writer else None}
+    created = not os.path.exists(out)
     if writer:
         prepare_out_dir(out, overwrite, allow=lambda d: resume)
     if manifest is not None:
@@ -485,20 +515,103 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     try:
         result = sweep.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
                            **sweep_kwargs, **extra)
+        if writer:
+            result.save(out)
     except Interrupted as e:
         raise Interrupted(e.signum, count["saved"], total, e.segment) from None
-    except memory.OutOfMemory as e:
-        raise type(e)(f"{e}; {count['saved']} of {total} chunks are saved in {store.dir} (and the finished "
-                      f"segments of the chunk in progress): continue with --resume", chunk=e.chunk) from None
+    except Exception as e:
+        # A fresh run that kept nothing resumable leaves nothing behind: the same
+        # command runs again without --overwrite.
+        kept = manifest is not None or not writer or store.has_work()
+        if not kept:
+            _discard(store, out, created)
+        _raise_contained(e, spec, _saved_note(count["saved"], total, store) if kept else "")
+        raise
     if writer:
-        result.save(out)
         store.remove()
     return result
 
 
+def _saved_note(saved: int, total: int, store: ChunkStore) -> str:
+    return (f"; {saved} of {total} chunks are saved in {store.dir} (and the finished segments of the chunk in "
+            "progress): continue with --resume")
+
+
+def _discard(store: ChunkStore, out: str, created: bool) -> None:
+    """Removes what a run that saved nothing wrote: its chunk store, and `out`
+    itself when the run created it (only if nothing else is in it)."""
+    store.remove()
+    if created:
+        try:
+            os.rmdir(out)
+        except OSError:
+            pass
+
+
+def _raise_contained(e: Exception, spec, note: str) -> None:
+    """Raises the one-line error for a run's failure `e`, with `note` (what is
+    saved) appended: memory (MemoryError, a refused mapping, a device out of
+    memory) as `memory.OutOfMemory`, the user's algorithm code as
+    `AlgorithmFailed`, a file that cannot be written as `RunError`. Returns for
+    anything else (bad input found late, a ValueError, is one line already; an
+    error of bec_jax itself keeps its traceback)."""
+    limit = memory.address_space_limit()
+    if isinstance(e, memory.OutOfMemory):
+        bound = f"; {memory.address_space_note()}" if limit is not None else ""
+        raise type(e)(f"{e}{bound}{note}", chunk=e.chunk) from None
+    if memory.is_memory_error(e):
+        todo = ("raise the limit (ulimit -v), lower --memory-budget or log less often (a larger --log-every)"
+                if limit is not None else "lower --memory-budget or log less often (a larger --log-every)")
+        raise memory.OutOfMemory(f"memory: the run ran out of memory ({memory.last_line(e)}); "
+                                 f"{memory.address_space_note()}; {todo}{note}") from e
+    user = user_failure(e, spec)
+    if user is not None:
+        raise AlgorithmFailed(f"{user}{note}") from e
+    if isinstance(e, OSError):
+        what = f"{e.strerror or e} ({e.filename})" if e.filename else str(e)
+        field = "disk" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "out"
+        raise RunError(f"{field}: cannot write the run's files: {what}{note}") from e
+
+
+def user_failure(e: BaseException, spec) -> str | None:
+    """'algorithm: mymod:ALG (module mymod) failed: ZeroDivisionError: ...' when
+    `e` was raised with the code of the spec's algorithm on the stack, the
+    user's own module (not bec_jax's); else None. An error in a host callback
+    reaches here as JAX's runtime error carrying the callback's traceback as
+    text, whose frames count too."""
+    if not isinstance(spec, SweepSpec):
+        return None
+    alg = spec.algorithm_def
+    ref = spec.algorithm if isinstance(spec.algorithm, str) else alg.name
+    mods = [ref.partition(":")[0]] if ":" in ref else []
+    mods += [getattr(f, "__module__", None) for f in (alg.update, alg.init)]
+    mods = [m for m in dict.fromkeys(mods) if m and m != "bec_jax" and not m.startswith("bec_jax.")]
+    files = set()
+    for m in mods:
+        path = getattr(sys.modules.get(m), "__file__", None)
+        if path:
+            files.add(os.path.realpath(path))
+    for f in (alg.update, alg.init):
+        code = getattr(f, "__code__", None)
+        if code is not None and getattr(f, "__module__", None) in mods:
+            files.add(os.path.realpath(code.co_filename))
+    if not files:
+        return None
+    seen, x = set(), e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        frames = [fr.filename for fr in traceback.extract_tb(x.__traceback__)]
+        frames += re.findall(r'File "([^"]+)", line \d+', str(x))
+        if any(os.path.realpath(f) in files for f in frames):
+            return f"algorithm: {ref} (module {mods[0]}) failed: {memory.last_line(e)}"
+        x = x.__cause__
+    return None
+
+
 def _log_alloc(out: str):
     """`sweep.assemble`'s allocator for a run whose logs stream to disk: the log
-    arrays as memory-mapped files in `out/curves/`, the rest in memory."""
+    arrays as files in `out/curves/` written a slab at a time (`NpyFile`), the
+    rest in memory."""
     from bec_jax.results import LOG_LAYOUT, open_log
 
     def alloc(name, shape, dtype):
@@ -509,12 +622,13 @@ def _log_alloc(out: str):
 
 
 def _segment_stop(stop: StopOnSignal | None, count: dict, total: int):
-    """`sweep.run`'s on_segment: once a signal has arrived, checkpoint the chunk
-    in progress at this segment boundary and stop (`Interrupted`); otherwise
-    checkpoint every CHECKPOINT_EVERY_S seconds."""
+    """`sweep.run`'s on_segment: tells the stall watchdog; once a signal has
+    arrived, checkpoint the chunk in progress at this segment boundary and stop
+    (`Interrupted`); otherwise checkpoint every CHECKPOINT_EVERY_S seconds."""
     last = {"t": time.monotonic()}
 
     def on_segment(i, blocks_done, blocks, checkpoint):
+        watchdog.beat()  # progress, even where the host idles while a device computes
         if blocks_done >= blocks:
             return  # the chunk is finishing: it is saved whole next
         if stop is not None and stop.signum is not None:
@@ -529,13 +643,15 @@ def _segment_stop(stop: StopOnSignal | None, count: dict, total: int):
 
 def _saving(store: ChunkStore, writer: bool, stop: StopOnSignal | None, todo: int, saved: int, total: int):
     """(on_chunk, counts) for `sweep.run_chunks`: on_chunk saves each finished
-    chunk (process 0 only) and, once a signal has arrived, stops the run while
-    work remains (`Interrupted` with the chunks saved so far)."""
+    chunk (process 0 only), tells the stall watchdog and, once a signal has
+    arrived, stops the run while work remains (`Interrupted` with the chunks
+    saved so far)."""
     count = {"saved": saved, "left": todo}
 
     def on_chunk(i, arrays):
         if writer:
             store.save(i, arrays)
+        watchdog.beat()
         count["saved"] += 1
         count["left"] -= 1
         if stop is not None and stop.signum is not None and count["left"] > 0:
