@@ -501,7 +501,8 @@ def _open_results(dirs) -> tuple[dict, dict]:
     """({name: SweepResult}, {name: its directory}) of run directories and the
     finished sweeps of study directories."""
     from bec_jax import study
-    from bec_jax.results import CURVES_FILE, SweepResult
+    from bec_jax.files import CURVES_FILE
+    from bec_jax.results import SweepResult
     paths = {}
     for d in dirs:
         if not os.path.isdir(d):

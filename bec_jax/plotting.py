@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bec_jax.results import SweepResult, atomic_write
+from bec_jax.files import atomic_write, csv_text
+from bec_jax.results import SweepResult
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -295,7 +296,6 @@ def plot_results(results: dict, out_dir: str, metric: str | None = None, select:
     `sensitivity_<name>.png`; for all: `curves.png` (every best curve on one
     panel), `table.md` and `table.csv` (`summary_rows`, with `confirmations`).
     Returns the paths."""
-    from bec_jax.results import csv_text
     paths = []
     for key, r in results.items():
         paths += save_figure(curves_figure({key: r}, metric, f"{key}: {r.env} / {r.algorithm}", select),

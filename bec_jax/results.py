@@ -13,253 +13,45 @@ saved statistic therefore never means "diverged"; `sweep.run` warns if one appea
 """
 from __future__ import annotations
 
-import errno
-import functools
 import json
-import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 
-CURVES_FILE = "curves.npz"
-SUMMARY_FILE = "summary.json"
-SUMMARY_CSV = "summary.csv"
-META_FILE = "meta.json"
-STUDY_FILE = "study.json"
-GRID_PREFIX = "grid_"
-LOGS_DIR = "curves"        # a large result's logs, one .npy each, read memory-mapped
-LOGS_MARKER = "logs_on_disk"
-LOG_LAYOUT = {"steps": "(L,)", "mean": "(G, M, L)", "std": "(G, M, L)", "sem": "(G, M, L)", "alive": "(G, L)"}
+from bec_jax import files
+from bec_jax.files import (  # noqa: F401  NpyFile, copy_rows, read_meta: importers not yet moved to files
+    CURVES_FILE,
+    GRID_PREFIX,
+    LOG_LAYOUT,
+    LOGS_MARKER,
+    META_FILE,
+    SUMMARY_CSV,
+    SUMMARY_FILE,
+    NpyFile,
+    atomic_write,
+    copy_rows,
+    csv_text,
+    finite_or_none,
+    log_path,
+    map_logs,
+    maps_file,
+    open_log,
+    read_meta,
+    write_json,
+)
+from bec_jax.spec import SweepSpec
+from bec_jax.stats import t_interval, t_quantile  # noqa: F401  t_interval: importers not yet moved to stats
 
 
-def log_path(out_dir: str, name: str) -> str:
-    """The file of log array `name` of a result saved with its logs on disk."""
-    return os.path.join(out_dir, LOGS_DIR, f"{name}.npy")
-
-
-class NpyFile:
-    """A C-ordered .npy file read and written a slab at a time with plain file
-    I/O, never mapped whole: a mapping takes address space for the whole file,
-    which a `ulimit -v` (usual on HPC nodes) refuses for a multi-GB log.
-
-    Indexing takes `[lead..., a:b]`: any NumPy index into the leading axes
-    (integers, slices, index arrays, `...`) and a unit-step slice of the last
-    axis, each row of which is one contiguous run of the file. `mapped()` gives
-    the finished file as a read-only `np.memmap`."""
-
-    def __init__(self, path: str, shape: tuple, dtype, offset: int):
-        self.filename = os.path.abspath(path)
-        self.shape = tuple(int(n) for n in shape)
-        self.dtype = np.dtype(dtype)
-        self.offset = offset
-
-    @classmethod
-    def create(cls, path: str, shape: tuple, dtype) -> "NpyFile":
-        """A new file of zeros (sparse until written), with the header
-        `np.lib.format.open_memmap` writes."""
-        dtype = np.dtype(dtype)
-        header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False,
-                  "shape": tuple(int(n) for n in shape)}
-        with open(path, "wb") as f:
-            try:
-                np.lib.format.write_array_header_1_0(f, header)
-            except ValueError:  # a header over 64 kB: version 2.0, as open_memmap would choose
-                f.seek(0)
-                f.truncate()
-                np.lib.format.write_array_header_2_0(f, header)
-            offset = f.tell()
-            f.truncate(offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
-        return cls(path, shape, dtype, offset)
-
-    @classmethod
-    def open(cls, path: str) -> "NpyFile":
-        """An existing .npy file (C order), to read or write in place."""
-        with open(path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read(f)
-            if fortran or dtype.hasobject:
-                raise ValueError(f"{path}: not a C-ordered numeric .npy file")
-            return cls(path, shape, dtype, f.tell())
-
-    ndim = property(lambda self: len(self.shape))
-    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
-    itemsize = property(lambda self: self.dtype.itemsize)
-    nbytes = property(lambda self: self.size * self.itemsize)
-
-    def _runs(self, key) -> tuple:
-        """(row numbers with the leading axes' result shape, first column,
-        columns) of `key`."""
-        key = key if isinstance(key, tuple) else (key,)
-        if any(k is Ellipsis for k in key):
-            i = next(i for i, k in enumerate(key) if k is Ellipsis)
-            key = key[:i] + (slice(None),) * (self.ndim - len(key) + 1) + key[i + 1:]
-        key = key + (slice(None),) * (self.ndim - len(key))
-        if len(key) != self.ndim:
-            raise IndexError(f"{self.filename}: {len(key)} indices for {self.ndim} axes")
-        start, stop, step = key[-1].indices(self.shape[-1]) if isinstance(key[-1], slice) else (0, 0, 0)
-        if step != 1:
-            raise IndexError(f"{self.filename}: the last axis takes a unit-step slice, got {key[-1]!r}")
-        rows = np.arange(int(np.prod(self.shape[:-1], dtype=np.int64))).reshape(self.shape[:-1])[key[:-1]]
-        return np.asarray(rows), start, max(0, stop - start)
-
-    def _spans(self, rows: np.ndarray, start: int, n: int):
-        """(byte offset, first row, rows) of each contiguous stretch: whole rows
-        that follow one another are one write."""
-        flat = rows.ravel()
-        L = self.shape[-1]
-        whole = n == L
-        i = 0
-        while i < flat.size:
-            j = i + 1
-            while whole and j < flat.size and flat[j] == flat[j - 1] + 1:
-                j += 1
-            yield self.offset + (int(flat[i]) * L + start) * self.itemsize, i, j - i
-            i = j
-
-    def __getitem__(self, key) -> np.ndarray:
-        rows, start, n = self._runs(key)
-        out = np.empty((rows.size, n), self.dtype)
-        if n:
-            with open(self.filename, "rb") as f:
-                for pos, i, k in self._spans(rows, start, n):
-                    f.seek(pos)
-                    out[i:i + k] = np.fromfile(f, self.dtype, k * n).reshape(k, n)
-        return out.reshape(rows.shape + (n,))
-
-    def __setitem__(self, key, value) -> None:
-        rows, start, n = self._runs(key)
-        if not n or not rows.size:
-            return
-        value = np.broadcast_to(np.asarray(value, self.dtype), rows.shape + (n,)).reshape(rows.size, n)
-        with open(self.filename, "r+b") as f:
-            for pos, i, k in self._spans(rows, start, n):
-                f.seek(pos)
-                f.write(np.ascontiguousarray(value[i:i + k]).data)
-
-    def __array__(self, dtype=None, copy=None):
-        return self[...] if dtype is None else self[...].astype(dtype)
-
-    def flush(self) -> None:
-        """What was written is on disk (as `np.memmap.flush` does)."""
-        with open(self.filename, "r+b") as f:
-            os.fsync(f.fileno())
-
-    def mapped(self) -> np.memmap:
-        """The file as a read-only `np.memmap` (address space for all of it)."""
-        return _map_logs(self.filename)
-
-
-def _map_logs(path: str) -> np.memmap:
-    """`np.load(path, mmap_mode="r")`; a mapping the address-space limit
-    refuses is one line (`ValueError` naming the logs) instead of OSError."""
-    try:
-        return np.load(path, mmap_mode="r")
-    except (OSError, MemoryError) as e:
-        if isinstance(e, OSError) and e.errno != errno.ENOMEM:
-            raise
-        from bec_jax import memory
-        raise ValueError(f"logs: cannot map {path!r} ({memory.human(os.path.getsize(path))}) into memory: "
-                         f"{memory.address_space_note()}; raise the limit (ulimit -v), or read the result "
-                         "where more address space is allowed") from None
-
-
-def open_log(out_dir: str, name: str, shape: tuple, dtype) -> NpyFile:
-    """A new .npy file for log array `name` (see `LOG_LAYOUT`), written in slabs."""
-    os.makedirs(os.path.join(out_dir, LOGS_DIR), exist_ok=True)
-    return NpyFile.create(log_path(out_dir, name), shape, dtype)
-
-
-SLAB_BYTES = 64 << 20  # copies of large (memory-mapped) logs go in slabs of log points
-
-
-def copy_rows(dst, rows, src) -> None:
-    """dst[rows] = src, in slabs along the last axis when src is large (a
-    chunk log on disk is then never read whole). A 1-D src fills dst whole."""
-    src_bytes = src.size * src.itemsize
-    if src_bytes <= SLAB_BYTES:
-        dst[rows] = src
-        return
-    T = src.shape[-1]
-    step = max(1, T * SLAB_BYTES // src_bytes)
-    for t in range(0, T, step):
-        if src.ndim == 1:
-            dst[t:t + step] = src[t:t + step]
-        else:
-            dst[rows, ..., t:t + step] = src[..., t:t + step]
-
-
-def _in_file(arr, path: str) -> bool:
-    return isinstance(arr, np.memmap) and getattr(arr, "filename", None) is not None and \
-        os.path.abspath(arr.filename) == os.path.abspath(path)
-
-
-def _finite(x):
-    return None if x is None or not np.isfinite(x) else float(x)
-
-
-def _t_quantile(df, level: float = 0.95):
-    """The two-sided Student-t quantile for `df` degrees of freedom (NaN where df < 1).
-
-    `scipy.special.stdtrit`, the function `scipy.stats.t.ppf` evaluates, without
-    importing `scipy.stats` (a third of a second) or its argument checks; one
-    value per degree of freedom is remembered (a sweep's summary asks for the
-    same few values thousands of times)."""
-    df = np.asarray(df, float)
-    if df.ndim == 0:
-        return np.float64(_t_quantile_of(float(df), float(level)) if df >= 1 else np.nan)
-    from scipy import special
-    with np.errstate(invalid="ignore"):
-        return np.where(df >= 1, special.stdtrit(np.maximum(df, 1), 0.5 + level / 2), np.nan)
-
-
-@functools.lru_cache(maxsize=1024)
-def _t_quantile_of(df: float, level: float) -> float:
-    from scipy import special
-    return float(special.stdtrit(df, 0.5 + level / 2))
-
-
-def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
-    """(mean, low, high): the Student-t confidence interval of the mean of
-    `values` (a 1-D sample); NaN bounds for fewer than two values."""
-    v = np.asarray(values, float)
-    n = v.size
-    if n == 0:
-        return np.nan, np.nan, np.nan
-    mean = float(v.mean())
-    if n < 2:
-        return mean, np.nan, np.nan
-    half = float(_t_quantile(n - 1, level) * v.std(ddof=1) / np.sqrt(n))
-    return mean, mean - half, mean + half
-
-
-def _pandas():
+def import_pandas():
+    """The optional pandas module, or ImportError saying how to install it."""
     try:
         import pandas
     except ImportError:
         raise ImportError("pandas is an optional extra of bec_jax: pip install 'bec_jax[pandas]' "
                           "(or pip install pandas)") from None
     return pandas
-
-
-def load_frame(path: str):
-    """A long-format pandas DataFrame of a run directory, or of every sweep of a
-    study directory (with a `sweep` column): see `SweepResult.to_frame`."""
-    pd = _pandas()
-    if os.path.isfile(os.path.join(path, STUDY_FILE)):
-        from bec_jax import study
-        frames = []
-        for name, d in study.sweep_dirs(path).items():
-            frame = SweepResult.load(d).to_frame()
-            frame.insert(0, "sweep", name)
-            frames.append(frame)
-        if not frames:
-            raise ValueError(f"path: the study in {path!r} has no finished sweep yet")
-        return pd.concat(frames, ignore_index=True)
-    return SweepResult.load(path).to_frame()
 
 
 @dataclass
@@ -475,15 +267,15 @@ class SweepResult:
                 "env": self.env,
                 "algorithm": self.algorithm,
                 **self.point(i),
-                "final_mean": _finite(fm),
-                "final_std": _finite(fs),
-                "final_ci_low": _finite(f_lo[i]), "final_ci_high": _finite(f_hi[i]),
-                "auc": _finite(auc[i]),
+                "final_mean": finite_or_none(fm),
+                "final_std": finite_or_none(fs),
+                "final_ci_low": finite_or_none(f_lo[i]), "final_ci_high": finite_or_none(f_hi[i]),
+                "auc": finite_or_none(auc[i]),
             }
             if a_lo is not None:
                 any_dead = self.diverged_fraction[i] > 0
-                rec["auc_ci_low"] = None if any_dead else _finite(a_lo[i])
-                rec["auc_ci_high"] = None if any_dead else _finite(a_hi[i])
+                rec["auc_ci_low"] = None if any_dead else finite_or_none(a_lo[i])
+                rec["auc_ci_high"] = None if any_dead else finite_or_none(a_hi[i])
             rec["diverged_fraction"] = float(self.diverged_fraction[i])
             recs.append(rec)
         return recs
@@ -493,13 +285,13 @@ class SweepResult:
         step, with the grid columns, env, algorithm, metric, step, mean, std, sem,
         alive and the 95% Student-t interval of the mean (ci_low, ci_high; over the
         surviving seeds). Needs the optional pandas: pip install 'bec_jax[pandas]'."""
-        pd = _pandas()
+        pd = import_pandas()
         G, L = self.num_points, len(self.steps)
         cols = {n: np.repeat(v, L) for n, v in self.grid.items()}
         frames = []
         for m, name in enumerate(self.metrics):
             n = self.alive.astype(float)
-            half = _t_quantile(n - 1) * self.sem[m]
+            half = t_quantile(n - 1) * self.sem[m]
             frames.append(pd.DataFrame({
                 "env": self.env, "algorithm": self.algorithm, **cols, "metric": name,
                 "step": np.tile(self.steps, G), "mean": self.mean[m].ravel(), "std": self.std[m].ravel(),
@@ -541,7 +333,7 @@ class SweepResult:
                  "sem": np.moveaxis(self.sem, 0, 1), "alive": self.alive}
         for name, arr in views.items():
             path = log_path(out_dir, name)
-            if _in_file(arr, path):
+            if maps_file(arr, path):
                 arr.flush()
                 continue
             dst = open_log(out_dir, name, arr.shape, arr.dtype)
@@ -553,11 +345,10 @@ class SweepResult:
         """Writes `curves.npz`, `summary.json` and `meta.json` (spec, versions,
         machine, device, timings) into `out_dir`, each atomically (temporary file
         + rename). The JSON files are strict JSON: a non-finite number is written
-        as null. Logs larger than `memory.LAZY_LOG_BYTES` (or already streamed
+        as null. Logs larger than `files.LAZY_LOG_BYTES` (or already streamed
         into `out_dir`) go to `curves/*.npy` instead, which `load` memory-maps."""
-        from bec_jax.memory import LAZY_LOG_BYTES
         os.makedirs(out_dir, exist_ok=True)
-        lazy = self.log_nbytes > LAZY_LOG_BYTES or _in_file(self.mean, log_path(out_dir, "mean"))
+        lazy = self.log_nbytes > files.LAZY_LOG_BYTES or maps_file(self.mean, log_path(out_dir, "mean"))
         arrays = self.arrays(logs=not lazy)
         if lazy:
             self._save_logs(out_dir)
@@ -576,7 +367,6 @@ class SweepResult:
         and `spec_dict` still holds it. Logs on disk (`curves/`) are memory-mapped,
         which takes address space for all of them: where `ulimit -v` refuses
         that, `ValueError` naming the logs and the limit."""
-        from bec_jax.spec import SweepSpec
         with open(os.path.join(out_dir, META_FILE)) as f:
             meta = json.load(f)
         spec_dict = meta.pop("spec")
@@ -593,7 +383,7 @@ class SweepResult:
             grid = {n: z[GRID_PREFIX + n] for n in columns}
             auc_seed = stack("auc_seed") if all(f"auc_seed_{m}" in z.files for m in metrics) else None
             if LOGS_MARKER in z.files:  # memory-mapped: a long run's logs are never read whole
-                mm = {n: _map_logs(log_path(out_dir, n)) for n in LOG_LAYOUT}
+                mm = {n: map_logs(log_path(out_dir, n)) for n in LOG_LAYOUT}
                 logs = dict(steps=mm["steps"], mean=np.moveaxis(mm["mean"], 0, 1), std=np.moveaxis(mm["std"], 0, 1),
                             sem=np.moveaxis(mm["sem"], 0, 1), alive=mm["alive"])
             else:
@@ -601,78 +391,3 @@ class SweepResult:
                             alive=z["alive"])
             return cls(spec=spec, grid=grid, **logs, final=stack("final"),
                        diverged_step=z["diverged_step"], meta=meta, spec_dict=spec_dict, auc_seed=auc_seed)
-
-
-TMP_PREFIX = ".tmp-"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: str, write, binary: bool = False) -> None:
-    """Calls `write(f)` on a temporary file in the same directory, flushes it to
-    disk, then renames it over `path`: a reader (or a run interrupted at any
-    moment) sees the old file or the new one, never half of one. The file gets the
-    usual permissions (0666 less the umask), not mkstemp's 0600."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=TMP_PREFIX, suffix=os.path.splitext(path)[1])
-    try:
-        with os.fdopen(fd, "wb" if binary else "w") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-
-def json_ready(obj):
-    """`obj` with every non-finite float (and numpy scalar) replaced by a JSON
-    value: +-inf and NaN become None (JSON has no infinity)."""
-    if isinstance(obj, dict):
-        return {k: json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_ready(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return json_ready(obj.tolist())
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    return obj
-
-
-def csv_text(rows: list[dict]) -> str:
-    """`rows` (dicts) as CSV text with a header row: every key of any row, in
-    order of first appearance; a missing value is empty."""
-    import csv
-    import io
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
-    w.writeheader()
-    w.writerows(rows)
-    return buf.getvalue()
-
-
-def read_meta(out_dir: str) -> dict | None:
-    """`out_dir`/meta.json as a dict, or None when it is missing or not a JSON object."""
-    try:
-        with open(os.path.join(out_dir, META_FILE)) as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def write_json(path: str, obj) -> None:
-    """Writes `obj` as strict JSON (non-finite floats as null), atomically."""
-    atomic_write(path, lambda f: json.dump(json_ready(obj), f, indent=1, allow_nan=False))

@@ -36,7 +36,8 @@ from typing import Callable
 import numpy as np
 
 from bec_jax import memory, watchdog
-from bec_jax.results import TMP_PREFIX, NpyFile, SweepResult, atomic_write, write_json
+from bec_jax.files import LOG_LAYOUT, TMP_PREFIX, NpyFile, atomic_write, open_log, write_json
+from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
 
 CHUNKS_DIR = "chunks"
@@ -612,8 +613,6 @@ def _log_alloc(out: str):
     """`sweep.assemble`'s allocator for a run whose logs stream to disk: the log
     arrays as files in `out/curves/` written a slab at a time (`NpyFile`), the
     rest in memory."""
-    from bec_jax.results import LOG_LAYOUT, open_log
-
     def alloc(name, shape, dtype):
         if name in LOG_LAYOUT:
             return open_log(out, name, shape, dtype)

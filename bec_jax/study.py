@@ -21,7 +21,7 @@
 names the sweep and the field), then runs them in order into DIR/<name>/, writing
 DIR/study.json (the study and each sweep's status). Interrupted, it resumes with
 `--resume`: a finished sweep is not run again, an interrupted one continues from
-its chunks. `results.load_frame(DIR)` reads all of it into one DataFrame.
+its chunks. `study.load_frame(DIR)` reads all of it into one DataFrame.
 
 Sweeps that differ only in their algorithm and step sizes (and fit one call
 each) share one compiled program (`sweep.run_many`) when the study runs in one
@@ -36,7 +36,8 @@ import os
 import re
 from dataclasses import dataclass
 
-from bec_jax.results import CURVES_FILE, META_FILE, STUDY_FILE, SweepResult, write_json
+from bec_jax.files import CURVES_FILE, META_FILE, STUDY_FILE, write_json
+from bec_jax.results import SweepResult, import_pandas
 from bec_jax.spec import SweepSpec, read_toml
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -106,6 +107,7 @@ def saved(out: str) -> Study | None:
 
 
 def is_study_dir(path: str) -> bool:
+    """Whether `path` holds a study (its `study.json`)."""
     return os.path.isfile(os.path.join(path, STUDY_FILE))
 
 
@@ -120,6 +122,22 @@ def sweep_dirs(out: str) -> dict[str, str]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ValueError(f"dirs: cannot read {path!r} ({e})") from None
     return {n: os.path.join(out, n) for n in names if os.path.isfile(os.path.join(out, n, CURVES_FILE))}
+
+
+def load_frame(path: str):
+    """A long-format pandas DataFrame of a run directory, or of every sweep of a
+    study directory (with a `sweep` column): see `SweepResult.to_frame`."""
+    pd = import_pandas()
+    if is_study_dir(path):
+        frames = []
+        for name, d in sweep_dirs(path).items():
+            frame = SweepResult.load(d).to_frame()
+            frame.insert(0, "sweep", name)
+            frames.append(frame)
+        if not frames:
+            raise ValueError(f"path: the study in {path!r} has no finished sweep yet")
+        return pd.concat(frames, ignore_index=True)
+    return SweepResult.load(path).to_frame()
 
 
 def _finished(path: str, spec: SweepSpec) -> bool:

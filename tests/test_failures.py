@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from bec_jax import memory, runner, sweep
-from bec_jax.results import NpyFile, SweepResult
+from bec_jax.files import NpyFile
+from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
 
 

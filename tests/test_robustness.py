@@ -593,7 +593,7 @@ def test_reproduce_refuses_foreign_dirs_but_reruns_over_its_own(tmp_path, capsys
 
 
 def test_atomic_write_leaves_old_file_on_failure(tmp_path):
-    from bec_jax.results import atomic_write
+    from bec_jax.files import atomic_write
     path = tmp_path / "x.json"
     path.write_text("old")
 

@@ -18,8 +18,10 @@ import pytest
 
 import bec_jax
 from bec_jax import cli, sweep
-from bec_jax.results import SweepResult, load_frame, t_interval
+from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
+from bec_jax.stats import t_interval
+from bec_jax.study import load_frame
 from xla_env import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -332,6 +334,20 @@ def test_confidence_intervals_match_scipy_and_per_seed_areas(small_run):
     assert rec["auc_ci_low"] == pytest.approx(a_lo[i]) and rec["auc_ci_low"] < rec["auc"] < rec["auc_ci_high"]
 
 
+def test_welch_interval_matches_scipy():
+    from scipy import stats as sst
+
+    from bec_jax.stats import welch_interval
+    a = np.array([0.3, 0.5, 0.2, 0.9, 0.4, 0.45, np.inf])  # non-finite values are left out
+    b = np.array([0.1, 0.35, 0.15, 0.3, 0.25])
+    d, lo, hi = welch_interval(a, b)
+    want = sst.ttest_ind(a[:-1], b, equal_var=False).confidence_interval(0.95)
+    assert d == pytest.approx(a[:-1].mean() - b.mean())
+    assert lo == pytest.approx(want.low) and hi == pytest.approx(want.high)
+    assert np.isnan(welch_interval([1.0], b)).all()
+    assert welch_interval([1.0, 1.0], [0.5, 0.5]) == (0.5, 0.5, 0.5)
+
+
 def test_confirmation_uses_fresh_disjoint_seeds(small_run, tmp_path):
     from bec_jax import runner
     r, _ = small_run
@@ -436,7 +452,7 @@ def test_worked_study_file_is_valid():
 def test_pandas_is_optional(tmp_path):
     code = ("import sys; sys.modules['pandas'] = None\n"
             "import bec_jax, bec_jax.results as r\n"
-            "try:\n    r._pandas()\nexcept ImportError as e:\n    print('MSG', e)\n")
+            "try:\n    r.import_pandas()\nexcept ImportError as e:\n    print('MSG', e)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     assert "MSG pandas is an optional extra of bec_jax: pip install 'bec_jax[pandas]'" in p.stdout

@@ -16,20 +16,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bec_jax.results import (
+from bec_jax.control.spec import ControlSpec
+from bec_jax.files import (
     CURVES_FILE,
     GRID_PREFIX,
     META_FILE,
     SUMMARY_CSV,
     SUMMARY_FILE,
-    _finite,
-    _t_quantile,
     atomic_write,
     csv_text,
+    finite_or_none,
     read_meta,
-    t_interval,
     write_json,
 )
+from bec_jax.stats import t_interval, t_quantile
 
 STATS = ("length", "return")
 # What is better for each statistic: fewer steps per episode, more return.
@@ -118,7 +118,7 @@ class ControlResult:
         v = self.values(stat)[i][self.valid[i]]  # (n, E)
         n = v.shape[0]
         mean = v.mean(0) if n else np.full(self.episodes, np.nan)
-        half = _t_quantile(n - 1, level) * v.std(0, ddof=1) / np.sqrt(n) if n > 1 else np.full(self.episodes, np.nan)
+        half = t_quantile(n - 1, level) * v.std(0, ddof=1) / np.sqrt(n) if n > 1 else np.full(self.episodes, np.nan)
         return np.arange(1, self.episodes + 1), mean, mean - half, mean + half
 
     def curve_by_step(self, i: int, stat: str = "length", points: int = 200, level: float = 0.95):
@@ -137,7 +137,7 @@ class ControlResult:
         y = np.take_along_axis(v, np.minimum(idx, self.episodes - 1), axis=1)
         n = y.shape[0]
         mean = y.mean(0)
-        half = _t_quantile(n - 1, level) * y.std(0, ddof=1) / np.sqrt(n) if n > 1 else np.full(len(x), np.nan)
+        half = t_quantile(n - 1, level) * y.std(0, ddof=1) / np.sqrt(n) if n > 1 else np.full(len(x), np.nan)
         return x, mean, mean - half, mean + half
 
     def auc_seed(self, stat: str = "length") -> np.ndarray:
@@ -192,12 +192,12 @@ class ControlResult:
         for i in range(self.num_points):
             rec = {"task": self.task, "algorithm": self.algorithm, **self.point(i)}
             for name, (m, lo, hi) in blocks.items():
-                rec[name] = _finite(m[i])
-                rec[f"{name}_ci_low"] = _finite(lo[i])
-                rec[f"{name}_ci_high"] = _finite(hi[i])
+                rec[name] = finite_or_none(m[i])
+                rec[f"{name}_ci_low"] = finite_or_none(lo[i])
+                rec[f"{name}_ci_high"] = finite_or_none(hi[i])
             if self.omega is not None:
                 om = self.omega[i][self.diverged_step[i] < 0]
-                rec["omega_mean"] = _finite(om.mean()) if om.size else None
+                rec["omega_mean"] = finite_or_none(om.mean()) if om.size else None
             rec["diverged_fraction"] = float(self.diverged_fraction[i])
             rec["incomplete_fraction"] = float(incomplete[i])
             recs.append(rec)
@@ -227,7 +227,6 @@ class ControlResult:
     @classmethod
     def load(cls, out_dir: str) -> ControlResult:
         """Reads a result written by `save`."""
-        from bec_jax.control.spec import ControlSpec
         with open(os.path.join(out_dir, META_FILE)) as f:
             meta = json.load(f)
         spec_dict = meta.pop("spec")
