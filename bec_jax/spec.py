@@ -49,11 +49,12 @@ def read_toml(path: str, field: str) -> dict:
         raise ValueError(f"{field}: {path!r} is not UTF-8 text") from None
 
 
-def _is_int(x) -> bool:
+def is_int(x) -> bool:
+    """An integer (numpy's too), never bool."""
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
 
-def _is_real(x) -> bool:
+def is_real(x) -> bool:
     """A real number: int or float (numpy's too), never bool or a string."""
     return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
 
@@ -63,7 +64,7 @@ def _key(k: Any) -> str:
     return k if isinstance(k, str) and k.isidentifier() else repr(k)
 
 
-def _as_tuple(name: str, value: Any) -> tuple:
+def as_tuple(name: str, value: Any) -> tuple:
     """A list field as a tuple (a lone value becomes a 1-tuple); ValueError if it cannot be one."""
     if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
         return (value,)
@@ -111,11 +112,11 @@ class ScheduleSpec:
             ex[k[2:]] = v
         if not isinstance(kind, str) or kind not in SCHEDULES:
             raise ValueError(f"schedule: unknown schedule {kind!r}; known: {', '.join(SCHEDULES)}")
-        t = float(t0) if _is_real(t0) else float("nan")
+        t = float(t0) if is_real(t0) else float("nan")
         if not (math.isfinite(t) and t > 0):
             raise ValueError(f"schedule.t0: must be a finite number > 0, got {t0!r}")
         for name, v in ex.items():
-            if not _is_real(v) or not (0 < float(v) <= 1):
+            if not is_real(v) or not (0 < float(v) <= 1):
                 raise ValueError(f"schedule.p_{name}: must be a number in (0, 1], got {v!r}")
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "t0", t)
@@ -211,7 +212,7 @@ class SweepSpec:
         d(self, "seed", seed)
         d(self, "seed_offset", seed_offset)
         d(self, "divergence_bound", divergence_bound)
-        d(self, "metrics", _as_tuple("metrics", metrics))
+        d(self, "metrics", as_tuple("metrics", metrics))
         if schedule is None:
             schedule = ScheduleSpec()
         elif isinstance(schedule, dict):
@@ -251,14 +252,14 @@ class SweepSpec:
                              f"package.module:function, got {self.env!r}")
         known_env = envs.parameters(self.env)  # ValueError for an unknown source
         self._check_env_param_names(ep_raw.keys() if points is None else
-                                    {_canonical_name(k) for p in _as_tuple("points", points)
+                                    {_canonical_name(k) for p in as_tuple("points", points)
                                      if isinstance(p, dict) for k in p
                                      if _canonical_name(k) not in alg.names}, known_env, alg)
         if points is not None:
             if hp_raw or ep_raw:
                 raise ValueError("points: give either explicit points or value lists "
                                  "(hyperparameters, env_params), not both")
-            pts = self._check_points(_as_tuple("points", points), alg, known_env)
+            pts = self._check_points(as_tuple("points", points), alg, known_env)
             d(self, "points", pts)
             d(self, "hyperparameters", ())
             d(self, "env_params", ())
@@ -267,7 +268,7 @@ class SweepSpec:
             hps = []
             for h in alg.hyperparameters:
                 if h.name in hp_raw:
-                    vals = _as_tuple(h.name, hp_raw[h.name])
+                    vals = as_tuple(h.name, hp_raw[h.name])
                     if not vals:
                         raise ValueError(f"{h.name}: the list is empty; give at least one value")
                     vals = tuple(h.check(v, h.name) for v in vals)
@@ -281,7 +282,7 @@ class SweepSpec:
             d(self, "hyperparameters", tuple(hps))
             eps = []
             for name, raw in ep_raw.items():
-                vals = _as_tuple(f"env_params.{name}", raw)
+                vals = as_tuple(f"env_params.{name}", raw)
                 if not vals:
                     raise ValueError(f"env_params.{name}: the list is empty; give at least one value")
                 try:
@@ -324,7 +325,7 @@ class SweepSpec:
             raise ValueError(f"dtype: unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
         for name in ("seeds", "steps", "log_every"):
             v = getattr(self, name)
-            if not _is_int(v) or v <= 0:
+            if not is_int(v) or v <= 0:
                 raise ValueError(f"{name}: must be a positive integer, got {v!r}")
             if v > MAX_INT32:
                 raise ValueError(f"{name}: must be at most 2**31 - 1 = {MAX_INT32}, got {v!r}")
@@ -333,15 +334,15 @@ class SweepSpec:
             raise ValueError(f"log_every: must be at most steps = {self.steps}, got {self.log_every}")
         if self.steps % self.log_every:
             raise ValueError(f"log_every: must divide steps = {self.steps}, got {self.log_every}")
-        if not _is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
+        if not is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
             raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
         object.__setattr__(self, "seed", int(self.seed))
-        if not _is_int(self.seed_offset) or self.seed_offset < 0 or self.seed_offset + self.seeds > MAX_INT32:
+        if not is_int(self.seed_offset) or self.seed_offset < 0 or self.seed_offset + self.seeds > MAX_INT32:
             raise ValueError(f"seed_offset: must be an integer >= 0 with seed_offset + seeds <= 2**31 - 1, "
                              f"got {self.seed_offset!r}")
         object.__setattr__(self, "seed_offset", int(self.seed_offset))
         b = self.divergence_bound
-        if not _is_real(b) or not (math.isfinite(b) and b > 0):
+        if not is_real(b) or not (math.isfinite(b) and b > 0):
             raise ValueError(f"divergence_bound: must be a finite number > 0, got {b!r}")
         if b > MAX_BOUND[self.dtype]:
             raise ValueError(f"divergence_bound: must be at most {MAX_BOUND[self.dtype]:g} in {self.dtype} "
@@ -544,7 +545,7 @@ class SweepSpec:
                 raise ValueError(f"{k}: given twice (at the top level and in hyperparameters)")
             hp[k] = v
         if d.get("points") is not None:
-            d["points"] = [dict(p) if isinstance(p, dict) else p for p in _as_tuple("points", d["points"])]
+            d["points"] = [dict(p) if isinstance(p, dict) else p for p in as_tuple("points", d["points"])]
         ep = d.get("env_params")
         if ep is None or (isinstance(ep, (Mapping, list, tuple, str)) and not ep):  # nothing given (an array goes on)
             d.pop("env_params", None)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from bec_jax.spec import MAX_INT32, SEED_LIMIT, _as_tuple, _is_int, _is_real
+from bec_jax.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
 KIND = "control"
 DTYPES = ("float32", "float64")
@@ -81,7 +81,7 @@ class ControlSpec:
             alg.hyperparameter(name)  # ValueError naming it
         for h in alg.hyperparameters:
             if h.name in self.hyperparameters:
-                values = _as_tuple(h.name, self.hyperparameters[h.name])
+                values = as_tuple(h.name, self.hyperparameters[h.name])
             elif h.default is not None:
                 values = (h.default,)
             else:
@@ -92,32 +92,32 @@ class ControlSpec:
         object.__setattr__(self, "hyperparameters", hp)
         for name, lo in (("seeds", 1), ("episodes", 1), ("block", 1)):
             v = getattr(self, name)
-            if not _is_int(v) or not lo <= v <= MAX_INT32:
+            if not is_int(v) or not lo <= v <= MAX_INT32:
                 raise ValueError(f"{name}: must be an integer >= {lo}, got {v!r}")
-        if not _is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
+        if not is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
             raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
         for name, lo, hi in (("epsilon", 0.0, 1.0), ("epsilon_decay", 0.0, 1.0), ("epsilon_min", 0.0, 1.0)):
             v = getattr(self, name)
-            if not _is_real(v) or not lo <= float(v) <= hi:
+            if not is_real(v) or not lo <= float(v) <= hi:
                 raise ValueError(f"{name}: must be a number in [{lo:g}, {hi:g}], got {v!r}")
             object.__setattr__(self, name, float(v))
         if self.epsilon_decay == 0.0:
             raise ValueError("epsilon_decay: must be in (0, 1] (1 keeps epsilon constant), got 0")
         if self.epsilon_min > self.epsilon:
             raise ValueError(f"epsilon_min: must not exceed epsilon ({self.epsilon:g}), got {self.epsilon_min:g}")
-        if self.gamma is not None and (not _is_real(self.gamma) or not 0 <= float(self.gamma) <= 1):
+        if self.gamma is not None and (not is_real(self.gamma) or not 0 <= float(self.gamma) <= 1):
             raise ValueError(f"gamma: must be a number in [0, 1], got {self.gamma!r}")
         for name in ("max_episode_steps", "max_steps"):
             v = getattr(self, name)
-            if v is not None and (not _is_int(v) or not 1 <= v <= MAX_INT32):
+            if v is not None and (not is_int(v) or not 1 <= v <= MAX_INT32):
                 raise ValueError(f"{name}: must be a positive integer, got {v!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
         b = self.divergence_bound
-        if not _is_real(b) or not (0 < float(b) < math.inf):
+        if not is_real(b) or not (0 < float(b) < math.inf):
             raise ValueError(f"divergence_bound: must be a finite number > 0, got {b!r}")
         object.__setattr__(self, "divergence_bound", float(b))
-        if not _is_real(self.reward_shift) or not math.isfinite(float(self.reward_shift)):
+        if not is_real(self.reward_shift) or not math.isfinite(float(self.reward_shift)):
             raise ValueError(f"reward_shift: must be a finite number, got {self.reward_shift!r}")
         object.__setattr__(self, "reward_shift", float(self.reward_shift))
         self.make_task()  # checks task_params (ValueError naming the field)

@@ -315,7 +315,7 @@ def tiling(name: str, num_tilings=5, bins=None) -> tuple[np.ndarray, np.ndarray,
 
 def _bins(bins, dims):
     try:
-        return tiles._bins_tuple(bins, dims)
+        return tiles.bins_tuple(bins, dims)
     except ValueError as e:
         raise ValueError(f"{e} (an integer >= 1 or {dims} of them)") from None
 

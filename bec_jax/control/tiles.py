@@ -60,7 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def _bins_tuple(bins, dims: int) -> tuple[int, ...]:
+def bins_tuple(bins, dims: int) -> tuple[int, ...]:
     """`bins` (an int, or one int per dimension) as a tuple of `dims` ints >= 1."""
     if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
         out = (int(bins),) * dims
@@ -86,7 +86,7 @@ def _check_tilings(num_tilings) -> int:
 
 def num_tiles(bins, dims: int, num_tilings: int) -> int:
     """Tiles per action: num_tilings * prod(bins) (bins an int, or one per dimension)."""
-    return _check_tilings(num_tilings) * math.prod(_bins_tuple(bins, int(dims)))
+    return _check_tilings(num_tilings) * math.prod(bins_tuple(bins, int(dims)))
 
 
 def tiling_offsets(num_tilings: int) -> np.ndarray:
@@ -108,7 +108,7 @@ def tiling_edges(low, high, bins, num_tilings: int, offset_unit=None) -> list[li
     if not np.all(np.isfinite(low)) or not np.all(np.isfinite(high)) or not np.all(high > low):
         raise ValueError(f"low, high: finite bounds with high > low, got {low!r} and {high!r}")
     dims = low.shape[0]
-    b = _bins_tuple(bins, dims)
+    b = bins_tuple(bins, dims)
     t = _check_tilings(num_tilings)
     if offset_unit is None:
         span = high - low
@@ -141,7 +141,7 @@ def _tables(low, high, bins, num_tilings, offset_unit):
     edges and of the edges rounded up to float32, with the bins tuple."""
     edges = tiling_edges(low, high, bins, num_tilings, offset_unit)
     dims = len(edges[0])
-    b = _bins_tuple(bins, dims)
+    b = bins_tuple(bins, dims)
     width = max(max(b) - 1, 1)
     e64 = np.full((len(edges), dims, width), np.inf)
     for t, per_dim in enumerate(edges):
