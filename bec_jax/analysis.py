@@ -25,12 +25,17 @@ most k + 1 rows. Evaluating one inside a scan costs O(k^2) and stays a sum of
 squares of a short vector, so it keeps its relative precision in float32 (an
 expanded quadratic form theta^T H theta + 2 h^T theta + h0 cancels catastrophically
 near the minimum). `metric_values` is the evaluator the sweep program uses.
+
+The metrics are a registry: `register_metric(name, build, doc)` adds one, where
+`build(env)` gives W, and returns its value function `f(env, theta)`;
+`metric_names()` lists them (a sweep's `metrics` may name any of them) and
+`metric(env, name)` builds one, compressed.
 """
 from __future__ import annotations
 
 import functools
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,8 +47,6 @@ from bec_jax.algorithms.base import ModelStats
 from bec_jax.mdp import FiniteMDP
 from bec_jax.transition import Transition
 
-METRICS = ("rmscbe", "rmspcbe", "rmspbe", "rmsve", "rmsbe", "rmspbe_emphatic", "rmspcbe_emphatic",
-           "rmsve_emphatic", "fixpoint_distance")
 _RANK_TOL = 1e-10
 
 
@@ -518,97 +521,137 @@ def emphatic_weighting(env: FiniteMDP, interest: float = 1.0) -> np.ndarray:
     return w / w.sum()
 
 
+class MetricDef(NamedTuple):
+    """A metric of the registry: its `name` (as in a spec's `metrics`), its
+    documentation, and `build(env)`, the (m, k + 1) matrix W of the affine map
+    with metric(theta) = || W [theta; 1] || (float64, from `env`'s model)."""
+
+    name: str
+    doc: str
+    build: Callable[[FiniteMDP], np.ndarray]
+
+
+# name -> MetricDef in registration order; `register_metric` adds to it.
+METRIC_REGISTRY: dict[str, MetricDef] = {}
+
+
+def register_metric(name: str, build: Callable[[FiniteMDP], np.ndarray], doc: str, *,
+                    replace: bool = False) -> Callable:
+    """Adds the metric `name`, theta -> || build(env) [theta; 1] ||, to the
+    registry (a sweep's `metrics` may then name it) and returns its value
+    function `f(env, theta) -> float`. A name that is already taken is an error
+    (`replace=True` overrides)."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ValueError(f"metric: the name must be a non-empty string without ':', got {name!r}")
+    if name in METRIC_REGISTRY and not replace and METRIC_REGISTRY[name].build is not build:
+        raise ValueError(f"metric: the name {name!r} is already registered; choose another name")
+    METRIC_REGISTRY[name] = MetricDef(name, doc, build)
+
+    def value(env: FiniteMDP, theta) -> float:
+        M = metric(env, name)
+        e = M.R @ np.asarray(theta, np.float64) + M.h
+        return float(np.sqrt(e @ e))
+
+    value.__name__ = value.__qualname__ = name
+    value.__doc__ = f"{doc}\n\nIts value at one theta (float64); `metric(env, {name!r})` is its map."
+    return value
+
+
+def metric_names() -> list[str]:
+    """The registered metric names, in registration order (the built-ins first)."""
+    return list(METRIC_REGISTRY)
+
+
+def metric_def(name: str) -> MetricDef:
+    """The registered metric `name`; `ValueError` lists the known names."""
+    if name not in METRIC_REGISTRY:
+        raise ValueError(f"metric: unknown metric {name!r}; known: {', '.join(METRIC_REGISTRY)}")
+    return METRIC_REGISTRY[name]
+
+
 def metric(env: FiniteMDP, name: str) -> Metric:
-    """The closed-form metric `name` of `env` (float64), one of:
+    """The closed-form metric `name` of `env` (float64): its affine map,
+    compressed (see `Metric`). `metric_names()` lists them; `metric_def(name).doc`
+    says what each measures."""
+    return _compress(metric_def(name).build(env))
 
-      rmscbe:  || delta_bar - (d^T delta_bar) 1 ||_D, delta_bar = r + P_g Phi theta
-               - Phi theta the expected TD error under pi (the paper's RMSCBE);
-      rmspcbe: || Pi (delta_bar - (d^T delta_bar) 1) ||_D (zero at the centered TD fixpoint);
-      rmspbe:  || Pi delta_bar ||_D (zero at the TD fixpoint; Ghiassian et al. 2020's
-               error, sqrt((b - A theta)^T C^+ (b - A theta)));
-      rmsve:   || Phi theta - v_pi ||_D;
-      rmsbe:   || delta_bar ||_D, the (uncentered) Bellman error;
-      rmspbe_emphatic, rmspcbe_emphatic, rmsve_emphatic: rmspbe, rmspcbe and rmsve
-               with the emphatic weighting m (`emphatic_weighting`, interest 1)
-               in place of d_mu, both for the norm and the projection and
-               centering. Emphatic TD's fixpoint zeroes rmspbe_emphatic, centered
-               emphatic TD's rmspcbe_emphatic; the ETD literature (Sutton,
-               Mahmood & White 2016) measures the error in this weighting.
-    D = diag(d_mu) and Pi is the D-weighted projection onto the feature span.
-    """
-    if name not in METRICS:
-        raise ValueError(f"metric: unknown metric {name!r}; known: {', '.join(METRICS)}")
+
+# The built-in metrics. D = diag(d_mu), delta_bar = r + P_g Phi theta - Phi theta
+# the expected TD error under pi, and Pi the D-weighted projection onto the
+# feature span. The emphatic variants put the emphatic weighting m
+# (`emphatic_weighting`, interest 1) in place of d_mu, both for the norm and the
+# projection and centering: the ETD literature (Sutton, Mahmood & White 2016)
+# measures the error in this weighting.
+
+def _weighting(env: FiniteMDP, emphatic: bool) -> tuple[_Model, np.ndarray]:
     m = _model(env)
-    S = len(m.d)
-    w = emphatic_weighting(env) if name.endswith("_emphatic") else m.d
-    sqrt_w = np.sqrt(w)[:, None]
-    # delta_bar(theta) = [M, r] [theta; 1]
-    affine = np.hstack([(m.Pg - np.eye(S)) @ m.phi, m.r[:, None]])
-    centering = np.eye(S) - np.outer(np.ones(S), w)
-    base = name.removesuffix("_emphatic")
-    if name == "fixpoint_distance":
-        fs = centered_td_fixpoint_set(env)
-        P = np.eye(len(fs.theta)) - fs.null_space @ fs.null_space.T  # drops the directions along the set
-        return _compress(np.hstack([P, -(P @ fs.theta)[:, None]]))
-    if base == "rmscbe":
-        W = sqrt_w * (centering @ affine)
-    elif base == "rmsbe":
-        W = sqrt_w * affine
-    elif base in ("rmspcbe", "rmspbe"):
-        x = centering @ affine if base == "rmspcbe" else affine
-        W = _pinv_sqrt(m.phi.T @ np.diag(w) @ m.phi) @ (m.phi.T @ (w[:, None] * x))
-    else:  # rmsve
-        v = np.linalg.solve(np.eye(S) - m.Pg, m.r)
-        W = sqrt_w * np.hstack([m.phi, -v[:, None]])
-    return _compress(W)
+    return m, emphatic_weighting(env) if emphatic else m.d
 
 
-def _value(env: FiniteMDP, name: str, theta) -> float:
-    M = metric(env, name)
-    e = M.R @ np.asarray(theta, np.float64) + M.h
-    return float(np.sqrt(e @ e))
+def _bellman_map(m: _Model) -> np.ndarray:
+    """[M, r] with delta_bar(theta) = [M, r] [theta; 1]."""
+    return np.hstack([(m.Pg - np.eye(len(m.d))) @ m.phi, m.r[:, None]])
 
 
-def rmscbe(env: FiniteMDP, theta) -> float:
-    """Root mean squared centered Bellman error of one theta (float64)."""
-    return _value(env, "rmscbe", theta)
+def _centering(w: np.ndarray) -> np.ndarray:
+    S = len(w)
+    return np.eye(S) - np.outer(np.ones(S), w)
 
 
-def rmspcbe(env: FiniteMDP, theta) -> float:
-    """Root mean squared projected centered Bellman error of one theta (float64)."""
-    return _value(env, "rmspcbe", theta)
+def _rmscbe_map(env: FiniteMDP) -> np.ndarray:
+    m, w = _weighting(env, False)
+    return np.sqrt(w)[:, None] * (_centering(w) @ _bellman_map(m))
 
 
-def rmspbe(env: FiniteMDP, theta) -> float:
-    """Root mean squared projected Bellman error of one theta (float64)."""
-    return _value(env, "rmspbe", theta)
+def _rmsbe_map(env: FiniteMDP) -> np.ndarray:
+    m, w = _weighting(env, False)
+    return np.sqrt(w)[:, None] * _bellman_map(m)
 
 
-def rmsbe(env: FiniteMDP, theta) -> float:
-    """Root mean squared (uncentered) Bellman error ||delta_bar||_D of one theta (float64)."""
-    return _value(env, "rmsbe", theta)
+def _projected_map(env: FiniteMDP, centered: bool, emphatic: bool) -> np.ndarray:
+    m, w = _weighting(env, emphatic)
+    x = _centering(w) @ _bellman_map(m) if centered else _bellman_map(m)
+    return _pinv_sqrt(m.phi.T @ np.diag(w) @ m.phi) @ (m.phi.T @ (w[:, None] * x))
 
 
-def rmsve(env: FiniteMDP, theta) -> float:
-    """Root mean squared value error ||Phi theta - v_pi||_{d_mu} of one theta (float64)."""
-    return _value(env, "rmsve", theta)
+def _value_error_map(env: FiniteMDP, emphatic: bool) -> np.ndarray:
+    m, w = _weighting(env, emphatic)
+    v = np.linalg.solve(np.eye(len(m.d)) - m.Pg, m.r)
+    return np.sqrt(w)[:, None] * np.hstack([m.phi, -v[:, None]])
 
 
-def rmspbe_emphatic(env: FiniteMDP, theta) -> float:
-    """RMSPBE under the emphatic weighting (zero at emphatic TD's fixpoint; float64)."""
-    return _value(env, "rmspbe_emphatic", theta)
+def _fixpoint_distance_map(env: FiniteMDP) -> np.ndarray:
+    fs = centered_td_fixpoint_set(env)
+    P = np.eye(len(fs.theta)) - fs.null_space @ fs.null_space.T  # drops the directions along the set
+    return np.hstack([P, -(P @ fs.theta)[:, None]])
 
 
-def rmspcbe_emphatic(env: FiniteMDP, theta) -> float:
-    """RMSPCBE under the emphatic weighting (zero at centered ETD's fixpoint; float64)."""
-    return _value(env, "rmspcbe_emphatic", theta)
+rmscbe = register_metric(
+    "rmscbe", _rmscbe_map,
+    "Root mean squared centered Bellman error || delta_bar - (d^T delta_bar) 1 ||_D (the paper's RMSCBE).")
+rmspcbe = register_metric(
+    "rmspcbe", functools.partial(_projected_map, centered=True, emphatic=False),
+    "Root mean squared projected centered Bellman error || Pi (delta_bar - (d^T delta_bar) 1) ||_D "
+    "(zero at the centered TD fixpoint).")
+rmspbe = register_metric(
+    "rmspbe", functools.partial(_projected_map, centered=False, emphatic=False),
+    "Root mean squared projected Bellman error || Pi delta_bar ||_D (zero at the TD fixpoint; "
+    "Ghiassian et al. 2020's error, sqrt((b - A theta)^T C^+ (b - A theta))).")
+rmsve = register_metric(
+    "rmsve", functools.partial(_value_error_map, emphatic=False),
+    "Root mean squared value error || Phi theta - v_pi ||_D.")
+rmsbe = register_metric(
+    "rmsbe", _rmsbe_map, "Root mean squared (uncentered) Bellman error || delta_bar ||_D.")
+rmspbe_emphatic = register_metric(
+    "rmspbe_emphatic", functools.partial(_projected_map, centered=False, emphatic=True),
+    "RMSPBE under the emphatic weighting (zero at emphatic TD's fixpoint).")
+rmspcbe_emphatic = register_metric(
+    "rmspcbe_emphatic", functools.partial(_projected_map, centered=True, emphatic=True),
+    "RMSPCBE under the emphatic weighting (zero at centered emphatic TD's fixpoint).")
+rmsve_emphatic = register_metric(
+    "rmsve_emphatic", functools.partial(_value_error_map, emphatic=True), "RMSVE under the emphatic weighting.")
+fixpoint_distance = register_metric(
+    "fixpoint_distance", _fixpoint_distance_map,
+    "Euclidean distance from theta to the centered TD fixpoint set (along the directions off the set).")
 
-
-def fixpoint_distance(env: FiniteMDP, theta) -> float:
-    """Euclidean distance from theta to the centered TD fixpoint set (see `metric`)."""
-    return _value(env, "fixpoint_distance", theta)
-
-
-def rmsve_emphatic(env: FiniteMDP, theta) -> float:
-    """RMSVE under the emphatic weighting (float64)."""
-    return _value(env, "rmsve_emphatic", theta)
+METRICS = tuple(metric_names())  # the built-in metrics; `metric_names()` adds the registered ones

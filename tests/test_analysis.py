@@ -530,3 +530,54 @@ def test_episodic_discount_validation():
     # A constant gamma of 1 is still refused (a continuing task needs gamma < 1).
     with pytest.raises(ValueError, match=r"^gamma: must be in \[0, 1\)"):
         mdp_lib.make_mdp(**kw, gamma=1.0)
+
+
+# ------------------------------------------------------------------ the metric registry
+
+def _hand_rmsve_two_state(env):
+    """RMSVE of the two-state example by hand: d = (1/2, 1/2) and zero rewards
+    (v_pi = 0), so W = sqrt(1/2) [phi, 0]."""
+    return np.hstack([np.sqrt(0.5) * np.asarray(env.phi, np.float64), np.zeros((2, 1))])
+
+
+def _quarter(env):
+    """A constant metric: || [0, ..., 0, 1/4] [theta; 1] || = 1/4 at every theta."""
+    return np.hstack([np.zeros((1, env.num_features)), [[0.25]]])
+
+
+def test_a_registered_metric_is_computed_by_a_sweep(all_envs):
+    from bec_jax import sweep
+    from bec_jax.spec import SweepSpec
+    try:
+        f = analysis.register_metric("hand_rmsve_test", _hand_rmsve_two_state, "RMSVE of two_state by hand.")
+        analysis.register_metric("quarter_test", _quarter, "One quarter, whatever theta.")
+        assert analysis.metric_names()[-2:] == ["hand_rmsve_test", "quarter_test"]
+        assert f(all_envs["two_state"], [1.0]) == pytest.approx(np.sqrt(2.5), rel=1e-12)
+        assert f.__name__ == "hand_rmsve_test" and "by hand" in f.__doc__
+        spec = SweepSpec(env="two_state", algorithm="td", alpha=(0.01, 0.05), steps=60, seeds=3, log_every=10,
+                         metrics=("rmsve", "hand_rmsve_test", "quarter_test"))
+        r = sweep.run(spec, progress=False, devices=jax.devices()[:1])
+        assert r.metrics == ("rmsve", "hand_rmsve_test", "quarter_test")
+        assert np.isfinite(r.mean).all() and (r.mean[0, :, -1] != r.mean[0, :, 0]).all()  # theta moved
+        np.testing.assert_allclose(r.mean[1], r.mean[0], rtol=2e-6)
+        np.testing.assert_allclose(r.final[1], r.final[0], rtol=2e-6)
+        assert (r.mean[2] == 0.25).all() and (r.final[2] == 0.25).all()
+    finally:
+        analysis.METRIC_REGISTRY.pop("hand_rmsve_test", None)
+        analysis.METRIC_REGISTRY.pop("quarter_test", None)
+    with pytest.raises(ValueError, match="unknown metric 'quarter_test'"):
+        SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), metrics=("quarter_test",))
+
+
+def test_metric_registry_lists_refuses_and_documents(all_envs):
+    assert analysis.metric_names() == list(analysis.METRICS)  # the built-ins, in their order
+    for name in analysis.METRICS:
+        fn = getattr(analysis, name)
+        assert fn.__name__ == name and analysis.metric_def(name).doc.split()[0] in fn.__doc__
+    with pytest.raises(ValueError, match="'rmscbe' is already registered"):
+        analysis.register_metric("rmscbe", _quarter, "another")
+    with pytest.raises(ValueError, match="without ':'"):
+        analysis.register_metric("a:b", _quarter, "bad name")
+    with pytest.raises(ValueError, match="unknown metric 'nope'; known: rmscbe, rmspcbe"):
+        analysis.metric_def("nope")
+    assert analysis.metric_names() == list(analysis.METRICS)
