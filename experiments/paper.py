@@ -3,28 +3,23 @@
 `bec-jax reproduce` runs, for each environment and each of TD, TDC, CTD and CTDC,
 the appendix's full step-size grid with 50 seeds (1000 steps on Boyan, 2000 on the
 two counterexamples), RMSCBE as the error, and writes the figures, the table, the
-2-state lemma check and a report of the paper's claims against this run.
-
-Every file is written atomically (temporary file + rename). `meta.json` carries
-`"kind": "bec-jax reproduce"` from the start of a run (with `"complete": false`
-until the end), so `bec-jax reproduce` recognises, and may overwrite, its own
-earlier output, even an interrupted one.
+2-state lemma check and a report of the paper's claims against this run. The
+output directory itself (meta.json, tables, report) is kept by
+`bec_jax.experiments.reproduction`, as for the other reproductions.
 """
 from __future__ import annotations
 
 import itertools
-import json
-import multiprocessing
 import os
-import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import jax
 import numpy as np
 
-from bec_jax import algorithms, analysis, envs, plotting, provenance, sweep, verdicts
+from bec_jax import algorithms, analysis, envs, plotting, sweep, verdicts
 from bec_jax.experiments import theory
-from bec_jax.results import SweepResult, atomic_write, csv_text, write_json
+from bec_jax.experiments.reproduction import Reproduction, figure_workers, is_output, sweep_threads
+from bec_jax.plotting import save_figure
+from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
 
 ALGORITHMS = ("td", "tdc", "ctd", "ctdc")
@@ -208,12 +203,7 @@ def is_reproduce_dir(path: str) -> bool:
     """True if `path` holds the output of an earlier `bec-jax reproduce` (its
     meta.json carries the marker; output written before the marker existed is
     recognised by its lemma and specs records), which a new run may overwrite."""
-    try:
-        with open(os.path.join(path, "meta.json")) as f:
-            meta = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and (meta.get("kind") == KIND or {"lemma", "specs", "table"} <= set(meta))
+    return is_output(path, KIND, legacy_keys=frozenset({"lemma", "specs", "table"}))
 
 
 # ------------------------------------------------------------------ the paper's figures
@@ -328,11 +318,6 @@ def rho_figure():
     return fig
 
 
-def save_figure(fig, out_dir: str, name: str) -> None:
-    """Writes `name`.png and `name`.pdf (each atomically)."""
-    plotting.save_figure(fig, out_dir, name)
-
-
 def render_figure1(name: str, out_dir: str, results: dict, metric: str | None) -> str:
     """Draws and saves Figure 1 in `metric` as `name` (runs in a worker)."""
     save_figure(figure1(results, metric), out_dir, name)
@@ -428,11 +413,6 @@ def table_markdown(rows) -> str:
         f"{_num(r.get('final_rmspcbe'))} | {_num(r.get('final_fixpoint_distance'))} | "
         f"{_num(r['auc'])} | {r['diverged_fraction']:.0%} | {_rate(r)} | {r['verdict']} |\n" for r in rows)
     return head + body
-
-
-def table_csv(rows) -> str:
-    """The table as CSV text."""
-    return csv_text(rows)
 
 
 # ------------------------------------------------------------------ the lemma
@@ -760,40 +740,20 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=N
     return "\n".join(s)
 
 
-def _figure_context():
-    """The figure workers' start method: forked from a server process that has
-    imported this module once (`forkserver`), so neither worker pays for the
-    imports again; `spawn` where there is no forkserver (not on Windows). Never a
-    plain fork of this process: forking a process that has started JAX is unsafe."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__, "matplotlib.figure"])
-        return ctx
-    return multiprocessing.get_context("spawn")
-
-
 def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = False, log=print) -> dict:
     """Runs everything and writes the figures, table, lemma check and report to `out_dir`."""
-    t_all = time.perf_counter()
-    os.makedirs(out_dir, exist_ok=True)
-    write_json(os.path.join(out_dir, "meta.json"), {"kind": KIND, "complete": False, "quick": quick})
-    log(f"bec-jax reproduce{' --quick' if quick else ''}: {jax.devices()[0].platform} "
-        f"x{len(jax.devices())}, writing to {out_dir}")
+    run = Reproduction(KIND, out_dir, quick, log)
     # Each environment's sweeps run as one program (`sweep.run_many`: they differ
     # only in algorithm and step sizes, and a compile costs more than a run), as
     # do its two timescale runs. The programs are submitted at once to two
-    # threads: XLA compiles outside the GIL, so two compile at a time on two
-    # cores (the main sweeps first, as the rest waits on them). Matplotlib is
-    # slow and single-threaded; two workers (`_figure_context`) draw the 8 figures
-    # while the sweeps compile. Meanwhile the main thread does the rest of each
-    # environment's work
-    # as soon as its sweeps are in: whatever is left after the last compile is
-    # the run's tail.
+    # threads, the main sweeps first, as the rest waits on them. Two figure
+    # workers draw the 8 figures while the sweeps compile. Meanwhile the main
+    # thread does the rest of each environment's work as soon as its sweeps are
+    # in: whatever is left after the last compile is the run's tail.
     results: dict[str, dict[str, SweepResult]] = {}
     together: dict[str, dict[str, SweepResult]] = {}
     rows, conf = [], {}
-    with ThreadPoolExecutor(max_workers=2) as threads, \
-            ProcessPoolExecutor(max_workers=2, mp_context=_figure_context()) as pool:
+    with sweep_threads() as threads, figure_workers(__name__) as pool:
         specs = {env: env_specs(env, quick) for env in PAPER}
         main = {env: threads.submit(sweep.run_many, list(specs[env].values())) for env in PAPER}
         jobs = timescale_jobs(quick)
@@ -807,7 +767,7 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
                 long_f = threads.submit(long_run_check, results, quick)
             for alg, r in results[env].items():
                 _log_sweep(env, alg, r, log)
-                r.save(os.path.join(out_dir, "sweeps", env, alg))
+                r.save(run.path("sweeps", env, alg))
             pending.append(pool.submit(render_sensitivity, env, results[env], out_dir))
             rows += table_rows({env: results[env]})
             conf.update(confirm_all({env: together[env]}, log))
@@ -829,28 +789,11 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
         for f in pending:
             f.result()
 
-    metas = [r.meta for by_alg in results.values() for r in by_alg.values()]
-    timing = {
-        "device": provenance.describe(metas[0]),
-        "compile_s": sum(m["compile_time_s"] for m in metas) + long_run["compile_time_s"]
-        + sum(x["compile_time_s"] for x in reward.values())
-        + sum(x["compile_time_s"] for by in ts.values() for x in by.values()),
-        "run_s": sum(m["run_time_s"] for m in metas) + long_run["run_time_s"]
-        + sum(x["run_time_s"] for x in reward.values()) + sum(x["run_time_s"] for by in ts.values() for x in by.values()),
-        "total_s": time.perf_counter() - t_all,
-    }
-    atomic_write(os.path.join(out_dir, "table.md"), lambda f: f.write(table_markdown(rows)))
-    atomic_write(os.path.join(out_dir, "table.csv"), lambda f: f.write(table_csv(rows)))
+    timing = run.timing([r.meta for by_alg in results.values() for r in by_alg.values()]
+                        + [long_run, *reward.values(), *(x for by in ts.values() for x in by.values())])
+    run.write_table(rows, table_markdown(rows))
     report = report_markdown(results, rows, lemma, timing, quick, long_run, facts, conf, reward, ts)
-    timing["total_s"] = time.perf_counter() - t_all
-    atomic_write(os.path.join(out_dir, "report.md"), lambda f: f.write(report))
-    meta = {"kind": KIND, "complete": True, **provenance.collect(), "quick": quick,
-            "timing": timing, "lemma": lemma, "table": rows, "long_run": long_run,
-            "theory": facts, "confirmation": conf, "reward_centering": reward, "timescale_runs": ts,
-            "specs": {env: {alg: r.spec.to_dict() for alg, r in by.items()} for env, by in results.items()}}
-    write_json(os.path.join(out_dir, "meta.json"), meta)  # non-finite numbers as null
-    log(table_markdown(rows))
-    log(f"done in {timing['total_s']:.1f} s (summed over the sweeps, two at a time: compile {timing['compile_s']:.1f} s, "
-        f"run {timing['run_s']:.1f} s); "
-        f"see {out_dir}/report.md")
-    return meta
+    records = {"lemma": lemma, "table": rows, "long_run": long_run, "theory": facts, "confirmation": conf,
+               "reward_centering": reward, "timescale_runs": ts,
+               "specs": {env: {alg: r.spec.to_dict() for alg, r in by.items()} for env, by in results.items()}}
+    return run.finish(report, timing, records, table_markdown(rows), how="summed over the sweeps, two at a time: ")
