@@ -28,14 +28,12 @@ diverged run.
 from __future__ import annotations
 
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
 
-import jax
 import numpy as np
 
-from bec_jax import analysis, envs, plotting, provenance, sweep
-from bec_jax.results import SweepResult, atomic_write, csv_text, read_meta, write_json
+from bec_jax import analysis, envs, plotting, sweep
+from bec_jax.experiments.reproduction import Reproduction, is_output, sweep_threads
+from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
 
 KIND = "bec-jax reproduce --paper tdrc"
@@ -197,11 +195,6 @@ def table_markdown(rows) -> str:
                  f"{_fmt(r['relative_auc'] and round(r['relative_auc'], 3))} | {fin} | "
                  f"{_fmt(r['final_rmspcbe'] and round(r['final_rmspcbe'], 4))} | {r['diverged_fraction']:.1%} |\n")
     return head + body
-
-
-def table_csv(rows) -> str:
-    """The table as CSV text."""
-    return csv_text(rows)
 
 
 # ------------------------------------------------------------------ exact stability on the suite
@@ -463,48 +456,28 @@ def report_markdown(results, rows, stab, tab_fix, two_state, timing, quick) -> s
 
 def is_reproduce_dir(path: str) -> bool:
     """True if `path` holds this reproduction's earlier output."""
-    return (read_meta(path) or {}).get("kind") == KIND
+    return is_output(path, KIND)
 
 
 def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = False, log=print) -> dict:
     """Runs the suite and writes figures, table, stability table and report to `out_dir`."""
-    t_all = time.perf_counter()
-    os.makedirs(out_dir, exist_ok=True)
-    write_json(os.path.join(out_dir, "meta.json"), {"kind": KIND, "complete": False, "quick": quick})
-    log(f"bec-jax reproduce --paper tdrc{' --quick' if quick else ''}: {jax.devices()[0].platform} "
-        f"x{len(jax.devices())}, writing to {out_dir}")
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    run = Reproduction(KIND, out_dir, quick, log)
+    with sweep_threads() as pool:
         side = pool.submit(lambda: (tabular_centered_fixpoint(quick), tdrc_on_two_state(quick), suite_stability()))
         results = run_all(quick, log, pool)
         tab_fix, two_state, stab = side.result()
     rows = table_rows(results)
-    for name, fig in (("tdrc_curves", curves_figure(results)), ("tdrc_sensitivity", sensitivity_figure(results)),
-                      ("tdrc_bars", bars_figure(rows))):
-        plotting.save_figure(fig, out_dir, name)
-    metas = [r.meta for by in results.values() for r in by.values()]
-    timing = {"device": provenance.describe(metas[0]),
-              "compile_s": sum(r.meta["compile_time_s"] for r in _unique(results)) + tab_fix["compile_time_s"]
-              + two_state["compile_time_s"],
-              "run_s": sum(r.meta["run_time_s"] for r in _unique(results)) + tab_fix["run_time_s"]
-              + two_state["run_time_s"],
-              "total_s": time.perf_counter() - t_all}
-    atomic_write(os.path.join(out_dir, "table.md"), lambda f: f.write(table_markdown(rows)))
-    atomic_write(os.path.join(out_dir, "table.csv"), lambda f: f.write(table_csv(rows)))
-    atomic_write(os.path.join(out_dir, "suite_stability.md"),
-                 lambda f: f.write("# One time scale\n\n" + stability_markdown(stab["full"])
-                                   + "\n# Two time scales\n\n" + stability_markdown(stab["slow"])))
+    run.save_figures({"tdrc_curves": curves_figure(results), "tdrc_sensitivity": sensitivity_figure(results),
+                      "tdrc_bars": bars_figure(rows)})
+    timing = run.timing([r.meta for r in _unique(results)] + [tab_fix, two_state])
+    run.write_table(rows, table_markdown(rows))
+    run.write_text("suite_stability.md", "# One time scale\n\n" + stability_markdown(stab["full"])
+                   + "\n# Two time scales\n\n" + stability_markdown(stab["slow"]))
     report = report_markdown(results, rows, stab, tab_fix, two_state, timing, quick)
-    atomic_write(os.path.join(out_dir, "report.md"), lambda f: f.write(report))
-    timing["total_s"] = time.perf_counter() - t_all
-    meta = {"kind": KIND, "complete": True, **provenance.collect(), "quick": quick, "timing": timing,
-            "table": rows, "suite_stability": stab, "tabular_centered_fixpoint": tab_fix,
-            "tdrc_on_two_state": two_state,
-            "specs": {p: {k: r.spec_dict for k, r in by.items()} for p, by in results.items()}}
-    write_json(os.path.join(out_dir, "meta.json"), meta)
-    log(table_markdown(rows))
-    log(f"done in {timing['total_s']:.1f} s (compile {timing['compile_s']:.1f} s, run {timing['run_s']:.1f} s); "
-        f"see {out_dir}/report.md")
-    return meta
+    records = {"table": rows, "suite_stability": stab, "tabular_centered_fixpoint": tab_fix,
+               "tdrc_on_two_state": two_state,
+               "specs": {p: {k: r.spec_dict for k, r in by.items()} for p, by in results.items()}}
+    return run.finish(report, timing, records, table_markdown(rows))
 
 
 def _unique(results):
