@@ -21,10 +21,7 @@ forms are `gq_authors`/`cgq_authors` (see `bec_jax.control.algorithms`).
 from __future__ import annotations
 
 import os
-import time
-from concurrent.futures import ThreadPoolExecutor
 
-import jax
 import numpy as np
 
 from bec_jax import plotting, provenance
@@ -32,7 +29,8 @@ from bec_jax.control import plotting as cplot
 from bec_jax.control import sweep
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
-from bec_jax.results import atomic_write, csv_text, read_meta, t_interval, write_json
+from bec_jax.experiments.reproduction import Reproduction, cost_seconds, is_output, sweep_threads
+from bec_jax.results import t_interval
 
 KIND = "bec-jax reproduce --paper control"
 
@@ -373,42 +371,30 @@ def report_markdown(sel, conf, rows, comps, same, shift_rows, timing, quick) -> 
 
 def is_reproduce_dir(path: str) -> bool:
     """True if `path` holds this reproduction's earlier output."""
-    return (read_meta(path) or {}).get("kind") == KIND
+    return is_output(path, KIND)
 
 
 def reproduce(out_dir: str = os.path.join("results", "control"), quick: bool = False, log=print) -> dict:
     """Runs the control experiments and writes figures, table and report to `out_dir`."""
-    t_all = time.perf_counter()
-    os.makedirs(out_dir, exist_ok=True)
-    write_json(os.path.join(out_dir, "meta.json"), {"kind": KIND, "complete": False, "quick": quick})
-    log(f"bec-jax reproduce --paper control{' --quick' if quick else ''}: {jax.devices()[0].platform} "
-        f"x{len(jax.devices())}, writing to {out_dir}")
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    run = Reproduction(KIND, out_dir, quick, log)
+    with sweep_threads() as pool:
         sel, conf = run_all(quick, log, pool, out_dir)
         shifted = shift_controls(conf, log, pool, out_dir)
     rows = table_rows(sel, conf)
     comps = comparisons(conf, sel)
     same = identical(sel)
-    for name, fig in (("control_curves", curves_figure(conf, sel)), ("control_curves_by_step", curves_figure(conf, sel, "step")),
-                      ("control_sensitivity", sensitivity_figure(sel))):
-        plotting.save_figure(fig, out_dir, name)
+    run.save_figures({"control_curves": curves_figure(conf, sel),
+                      "control_curves_by_step": curves_figure(conf, sel, "step"),
+                      "control_sensitivity": sensitivity_figure(sel)})
+    # Each program once: an algorithm whose grid had one point is its own confirmation.
     allr = list({id(r): r for d in (sel, conf) for by in d.values() for r in by.values() if r is not None}.values())
     allr += list(shifted.values())
-    timing = {"device": provenance.describe(allr[0].meta), "programs": len(allr),
-              "compile_s": sum(r.meta["compile_time_s"] for r in allr),
-              "run_s": sum(r.meta["run_time_s"] for r in allr),
-              "steps": sum(r.meta["logged_steps"] for r in allr), "total_s": time.perf_counter() - t_all}
-    atomic_write(os.path.join(out_dir, "table.md"), lambda f: f.write(table_markdown(rows)))
-    atomic_write(os.path.join(out_dir, "table.csv"), lambda f: f.write(csv_text(rows)))
+    compile_s, run_s = cost_seconds(r.meta for r in allr)
+    timing = {"device": provenance.describe(allr[0].meta), "programs": len(allr), "compile_s": compile_s,
+              "run_s": run_s, "steps": sum(r.meta["logged_steps"] for r in allr), "total_s": run.elapsed()}
+    run.write_table(rows, table_markdown(rows))
     shift_rows = shift_table(conf, shifted)
     report = report_markdown(sel, conf, rows, comps, same, shift_rows, timing, quick)
-    atomic_write(os.path.join(out_dir, "report.md"), lambda f: f.write(report))
-    timing["total_s"] = time.perf_counter() - t_all
-    meta = {"kind": KIND, "complete": True, **provenance.collect(), "quick": quick, "timing": timing,
-            "table": rows, "comparisons": comps, "vrc_equals_cq": same, "shift_control": shift_rows,
-            "specs": {t: {a: r.spec_dict for a, r in by.items()} for t, by in sel.items()}}
-    write_json(os.path.join(out_dir, "meta.json"), meta)
-    log(table_markdown(rows))
-    log(f"done in {timing['total_s']:.1f} s (compile {timing['compile_s']:.1f} s, run {timing['run_s']:.1f} s); "
-        f"see {out_dir}/report.md")
-    return meta
+    records = {"table": rows, "comparisons": comps, "vrc_equals_cq": same, "shift_control": shift_rows,
+               "specs": {t: {a: r.spec_dict for a, r in by.items()} for t, by in sel.items()}}
+    return run.finish(report, timing, records, table_markdown(rows))
