@@ -30,7 +30,7 @@ from bec_jax.control import sweep
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
 from bec_jax.experiments.reproduction import Reproduction, cost_seconds, is_output, sweep_threads
-from bec_jax.results import t_interval
+from bec_jax.stats import t_interval, welch_interval
 
 KIND = "bec-jax reproduce --paper control"
 
@@ -158,24 +158,7 @@ def shift_controls(conf: dict, log=print, pool=None, out_dir: str | None = None)
     return dict((pool.map if pool is not None else map)(one, jobs))
 
 
-# ------------------------------------------------------------------ statistics
-
-def welch(a: np.ndarray, b: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """(mean(a) - mean(b), low, high): Welch's t-interval of a difference of means."""
-    from scipy import stats
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    if len(a) < 2 or len(b) < 2:
-        return np.nan, np.nan, np.nan
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
-    d = a.mean() - b.mean()
-    se = np.sqrt(va + vb)
-    if se == 0:
-        return float(d), float(d), float(d)
-    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
-    h = stats.t.ppf(0.5 + level / 2, df) * se
-    return float(d), float(d - h), float(d + h)
-
+# ------------------------------------------------------------------ tables and comparisons
 
 def table_rows(sel: dict, conf: dict) -> list[dict]:
     """One row per (task, algorithm): the best setting and, on the fresh seeds,
@@ -241,10 +224,11 @@ def comparisons(conf: dict, sel: dict) -> list[dict]:
             if a not in conf[t]:
                 continue
             ca, cb = conf[t][a], conf[t][b]
-            best = (welch(ca.auc_seed("length")[0], cb.auc_seed("length")[0]) if ca is not None and cb is not None
-                    else (np.nan,) * 3)
+            best = (welch_interval(ca.auc_seed("length")[0], cb.auc_seed("length")[0])
+                    if ca is not None and cb is not None else (np.nan,) * 3)
             ra, rb = sel[t][a], sel[t][b]
-            auth = welch(ra.auc_seed("length")[_authors_point(ra, t)], rb.auc_seed("length")[_authors_point(rb, t)])
+            auth = welch_interval(ra.auc_seed("length")[_authors_point(ra, t)],
+                                  rb.auc_seed("length")[_authors_point(rb, t)])
             out.append({"task": t, "centered": a, "baseline": b, "best_diff": best[0], "best_low": best[1],
                         "best_high": best[2], "authors_diff": auth[0], "authors_low": auth[1],
                         "authors_high": auth[2]})
@@ -278,7 +262,8 @@ def shift_table(conf: dict, shifted: dict) -> list[dict]:
         for name, r in (("cq", cq), ("q_shift", sh), ("q", q)):
             row[name], row[f"{name}_low"], row[f"{name}_high"] = t_interval(
                 r.auc_seed("length")[0][np.isfinite(r.auc_seed("length")[0])])
-        row["diff"], row["diff_low"], row["diff_high"] = welch(cq.auc_seed("length")[0], sh.auc_seed("length")[0])
+        row["diff"], row["diff_low"], row["diff_high"] = welch_interval(cq.auc_seed("length")[0],
+                                                                        sh.auc_seed("length")[0])
         rows.append(row)
     return rows
 
