@@ -42,7 +42,12 @@ import os
 import shutil
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+
+from bec_jax import sampling
+from bec_jax.engine.layout import state_axes
 
 DEFAULT_BUDGET = 2 << 30        # bytes one compiled call may use by default
 STATE_COPIES = 6                # live copies of the learner state in the scan
@@ -213,15 +218,11 @@ class Sizes(NamedTuple):
 
 def sizes(spec) -> Sizes:
     """The sizes of `spec` (a `SweepSpec`): the state's from the algorithm's init."""
-    import jax
-    import jax.numpy as jnp
-
-    from bec_jax import sampling
     item = jnp.dtype(spec.dtype).itemsize
     k = spec.mdp().num_features
     shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((k,), jnp.dtype(spec.dtype)))
-    from bec_jax.sweep import _state_axes  # the update counter (axis None) is one copy for every run
-    axes = jax.tree_util.tree_leaves(_state_axes(shapes, spec.algorithm_def.counter), is_leaf=lambda a: a is None)
+    # The update counter (axis None) is one copy for every run.
+    axes = jax.tree_util.tree_leaves(state_axes(shapes, spec.algorithm_def.counter), is_leaf=lambda a: a is None)
     state = sum(int(np.prod(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
                 for leaf, ax in zip(jax.tree_util.tree_leaves(shapes), axes) if ax is not None)
     M = len(spec.metrics)
@@ -288,7 +289,6 @@ def fits_together(specs, n_devices: int = 1, *, memory_budget: int | None = None
     together (`sweep.run_many` shares a program between them): their calls'
     device bytes summed within the budget and, on a CPU with the default budget,
     their carried state within `CPU_CACHE_BYTES` per device, as `plan` keeps one."""
-    import jax
     device = device if device is not None else jax.devices()[0]
     budget = int(memory_budget) if memory_budget is not None else default_budget(device)
     total = carry = 0
@@ -330,7 +330,6 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     field) when even one seed of one point does not fit the budget, when the host
     cannot hold the per-seed results, or (with `out`) when the disk cannot hold the files.
     """
-    import jax
     device = device if device is not None else jax.devices()[0]
     budget = int(memory_budget) if memory_budget is not None else default_budget(device)
     sz = sizes(spec)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bec_jax import memory, runner, sweep
+from bec_jax.engine import execute
 from bec_jax.files import NpyFile
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
@@ -226,7 +227,7 @@ def test_an_internal_error_keeps_its_traceback_and_leaves_nothing(tmp_path, monk
     def broken(*a, **k):
         raise KeyError("an internal bug")
 
-    monkeypatch.setattr(sweep, "_execute", broken)
+    monkeypatch.setattr(execute, "call", broken)
     spec = SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), steps=40, seeds=2, log_every=10)
     out = tmp_path / "r"
     with pytest.raises(KeyError, match="an internal bug"):
@@ -237,7 +238,7 @@ def test_an_internal_error_keeps_its_traceback_and_leaves_nothing(tmp_path, monk
 def test_a_mapping_refused_mid_run_is_one_line_naming_the_limit(tmp_path, monkeypatch):
     """OSError ENOMEM (what `ulimit -v` gives a mapping) in chunk 2: one line with
     the limit, and the first chunk kept for --resume."""
-    real, calls = sweep._execute, {"n": 0}
+    real, calls = execute.call, {"n": 0}
 
     def failing(exe, *args):
         calls["n"] += 1
@@ -245,7 +246,7 @@ def test_a_mapping_refused_mid_run_is_one_line_naming_the_limit(tmp_path, monkey
             raise OSError(12, "Cannot allocate memory")
         return real(exe, *args)
 
-    monkeypatch.setattr(sweep, "_execute", failing)
+    monkeypatch.setattr(execute, "call", failing)
     monkeypatch.setattr(memory, "address_space_limit", lambda: 16_000_000 * 1024)
     spec = SweepSpec(env="two_state", algorithm="td", alpha=(0.1, 0.2), steps=40, seeds=2, log_every=10)
     out = str(tmp_path / "r")
@@ -255,7 +256,7 @@ def test_a_mapping_refused_mid_run_is_one_line_naming_the_limit(tmp_path, monkey
     assert "\n" not in msg and msg.startswith("memory: the run ran out of memory (OSError: [Errno 12] Cannot "
                                               "allocate memory); address space limited to 15.3 GiB by ulimit -v")
     assert "raise the limit (ulimit -v)" in msg and msg.endswith("continue with --resume")
-    monkeypatch.setattr(sweep, "_execute", real)
+    monkeypatch.setattr(execute, "call", real)
     r = runner.run_to_dir(None, out, resume=True, progress=False, devices=jax.devices()[:1])
     ref = sweep.run(spec, progress=False, devices=jax.devices()[:1])
     np.testing.assert_array_equal(r.mean, ref.mean)
@@ -265,12 +266,12 @@ def test_control_run_failing_before_a_chunk_is_saved_leaves_nothing(tmp_path, mo
     """`bec-jax control` is contained the same way: one line, and the same
     command runs once the fault is gone."""
     from bec_jax import cli
-    real = sweep._execute
+    real = execute.call
 
     def failing(exe, *args):
         raise MemoryError("simulated")
 
-    monkeypatch.setattr(sweep, "_execute", failing)
+    monkeypatch.setattr(execute, "call", failing)
     args = ["control", "--task", "cliff_walking", "--algorithm", "q", "--alpha", "0.1", "--episodes", "5",
             "--seeds", "2", "--out", str(tmp_path / "c")]
     assert cli.main(args) == 2
@@ -278,5 +279,5 @@ def test_control_run_failing_before_a_chunk_is_saved_leaves_nothing(tmp_path, mo
     assert len(err) == 1 and err[0].startswith("bec-jax: error: memory: the run ran out of memory (MemoryError: "
                                                "simulated)"), err
     assert not (tmp_path / "c").exists()
-    monkeypatch.setattr(sweep, "_execute", real)
+    monkeypatch.setattr(execute, "call", real)
     assert cli.main(args) == 0

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bec_jax import cli, memory, runner, sweep
+from bec_jax.engine import execute
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
 from xla_env import xla_flags
@@ -123,7 +124,7 @@ def test_time_segments_are_bitwise_invisible(reference):
 
 def test_seed_chunks_match_one_call(reference, seed_chunked):
     """Bit for bit, the statistics over seeds included: the host takes them from
-    the per-seed values with the program's own `_seed_stats`."""
+    the per-seed values with the program's own `seed_stats.mean_std_sem`."""
     _, ref = reference
     assert seed_chunked.meta["seeds_per_call"] == 3
     assert_same(ref, seed_chunked)
@@ -201,7 +202,7 @@ def test_in_memory_logs_refused_without_a_directory(monkeypatch):
 
 def _fail_call(monkeypatch, n: int):
     """Makes the n-th compiled call raise XLA's out-of-memory error; returns the real caller."""
-    real, calls = sweep._execute, {"n": 0}
+    real, calls = execute.call, {"n": 0}
 
     def failing(exe, *args):
         calls["n"] += 1
@@ -209,7 +210,7 @@ def _fail_call(monkeypatch, n: int):
             raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 7800001608 bytes")
         return real(exe, *args)
 
-    monkeypatch.setattr(sweep, "_execute", failing)
+    monkeypatch.setattr(execute, "call", failing)
     return real
 
 
@@ -223,7 +224,7 @@ def test_injected_oom_keeps_finished_chunks_and_resumes(tmp_path, reference, mon
     assert "\n" not in msg and msg.startswith("memory: the device ran out of memory in chunk 2 of 3")
     assert "1 of 3 chunks are saved" in msg and "--resume" in msg
     assert sorted(os.listdir(os.path.join(out, "chunks"))) == ["chunk_00000.npz", "manifest.json"]
-    monkeypatch.setattr(sweep, "_execute", real)
+    monkeypatch.setattr(execute, "call", real)
     assert_same(ref, runner.run_to_dir(None, out, resume=True, devices=jax.devices()[:1], progress=False))
 
 
@@ -236,7 +237,7 @@ def test_injected_oom_inside_a_segment_keeps_the_finished_segments(tmp_path, ref
                           segment_blocks=3)
     ck = runner.ChunkStore(out).restore(0)
     assert ck is not None and ck["next_block"] == 3 and len(ck["carries"]) == 2
-    monkeypatch.setattr(sweep, "_execute", real)
+    monkeypatch.setattr(execute, "call", real)
     assert_same(ref, runner.run_to_dir(None, out, resume=True, devices=jax.devices()[:1], progress=False))
 
 

@@ -18,6 +18,7 @@ import pytest
 
 import bec_jax
 from bec_jax import cli, sweep
+from bec_jax.engine import execute, kernel
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
 from bec_jax.stats import t_interval
@@ -423,8 +424,8 @@ def test_progress_reports_per_log_block_and_changes_no_bit(monkeypatch):
             seen.append((self.bar.n, self.bar.total))
             super().close()
 
-    monkeypatch.setattr(sweep, "BlockProgress", Recorder)
-    monkeypatch.setattr(sweep, "UPDATES_PER_REPORT", 2 * 6 * 120 // 4)  # 4 reports per chunk of 2 points
+    monkeypatch.setattr(execute, "BlockProgress", Recorder)
+    monkeypatch.setattr(kernel, "UPDATES_PER_REPORT", 2 * 6 * 120 // 4)  # 4 reports per chunk of 2 points
     # One device: with several, each device holding a shard calls back (a CLI test
     # earlier in this process may have exposed both cores as devices).
     one = jax.devices()[:1]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bec_jax import algorithms, analysis, envs, sampling, sweep
+from bec_jax.engine import kernel, seed_stats, tuning
 from bec_jax.results import SweepResult
 from bec_jax.spec import ScheduleSpec, SweepSpec
 from bec_jax.transition import Transition
@@ -239,7 +240,7 @@ def test_programs_are_reused_in_process_only_where_they_are_the_same():
     b = sweep.run(spec.replace(seed=5), progress=False)
     assert b.meta["compiled_programs"] == 0 and b.meta["compile_time_s"] == 0.0
     assert not np.array_equal(a.final, b.final)
-    sweep._EXECUTABLES.clear()
+    sweep.clear_compiled()
     fresh = sweep.run(spec.replace(seed=5), progress=False)
     assert fresh.meta["compiled_programs"] == 1
     np.testing.assert_array_equal(fresh.mean, b.mean)
@@ -268,13 +269,13 @@ def test_light_and_full_compiles_give_the_same_bits(spec):
 
 
 def _both_forms(monkeypatch, fn):
-    """fn() with the programs in their run-fast form (`sweep.fast_program`: log
+    """fn() with the programs in their run-fast form (`tuning.fast_program`: log
     blocks in pairs, updates under `algorithms.sharing`) and without it, both
     with the fusion emitters: (fast, plain)."""
     out = []
     for fast in (True, False):
         sweep.clear_compiled()  # no program of the other form from the memo
-        monkeypatch.setattr(sweep, "fast_program", lambda opts, f=fast: f)
+        monkeypatch.setattr(tuning, "fast_program", lambda opts, f=fast: f)
         out.append(fn())
     sweep.clear_compiled()
     return out
@@ -414,7 +415,7 @@ def _padded_halving(x, op, pad, xp=np):
 
 
 def test_tree_reduce_is_the_padded_pairwise_halving():
-    """`_tree_reduce` (which never makes the padded array) gives the bits of the
+    """`seed_stats.tree_reduce` (which never makes the padded array) gives the bits of the
     padded halving for every seed count, on the host and in a program, signed
     zeros included (on the host -0 + 0 is +0, so the pad's additions must all
     happen; XLA folds x + 0 to x, in both forms)."""
@@ -425,15 +426,15 @@ def test_tree_reduce_is_the_padded_pairwise_halving():
         x[1, ::3] = np.inf if n % 2 else -np.inf
         for op, pad in ((np.add, 0.0), (np.minimum, np.inf), (np.maximum, -np.inf)):
             want = _padded_halving(x, op, pad)
-            got = sweep._tree_reduce(x, op, pad, np)
+            got = seed_stats.tree_reduce(x, op, pad, np)
             assert got.tobytes() == want.tobytes(), (n, op)
         if n in (1, 3, 33, 50, 64):
             for op, pad in ((jnp.add, 0.0), (jnp.minimum, jnp.inf)):
-                got = jax.jit(lambda v: sweep._tree_reduce(v, op, pad))(x)
+                got = jax.jit(lambda v: seed_stats.tree_reduce(v, op, pad))(x)
                 want = jax.jit(lambda v: _padded_halving(v, op, pad, jnp))(x)
                 assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), (n, op)
     alive = rng.random((7, 50)) < 0.6
-    count = jax.jit(sweep._alive_count)(alive)
+    count = jax.jit(seed_stats.alive_count)(alive)
     assert count.dtype == jnp.int32
     np.testing.assert_array_equal(count, alive.sum(-1))
 
@@ -446,7 +447,7 @@ def test_program_states_are_seed_major():
     spec = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.1, 0.2, 0.3), beta=(0.1,), zeta=(0.1,),
                      seeds=5, steps=20, log_every=10)
     (group,), (chunk,) = sweep.plan(spec, spec.num_points)
-    kern = sweep._kernel(spec, group, spec.num_points)
+    kern = kernel.make_kernel(spec, group, spec.num_points)
     grid = sweep.chunk_grid(spec, group, chunk)
 
     def start(seed, grid):
@@ -463,7 +464,7 @@ def test_fusion_emitters_update_omega_in_place():
     # CPU_COMPILER_OPTIONS' copy insertion with region analysis: without it XLA:CPU
     # copied omega, a seed-major (seeds, grid) array, in every step of the loop
     # (two copies in the program's two step loops); the run-fast form lost 5-10%.
-    if not sweep._on_cpu(None):
+    if not tuning.on_cpu(None):
         pytest.skip("XLA:CPU's copy insertion")
     spec = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.1, 0.2, 0.3), beta=(0.1,), zeta=(0.1,),
                      seeds=5, steps=40, log_every=10)

@@ -13,7 +13,7 @@ is fold_in(its seed's stream key, step), so its episodes do not depend on the
 other runs, the chunk size or the device count: the while loop may run a chunk
 longer than one of its runs needs, but steps after a run's last logged episode
 change nothing it reports. Planning, chunking, resume (`runner.run_to_dir`) and
-parts (`--chunks K/N`) are the prediction engine's (`bec_jax.sweep.run_chunks`).
+parts (`--chunks K/N`) are the prediction engine's (`bec_jax.engine.execute.run_chunks`).
 """
 from __future__ import annotations
 
@@ -27,7 +27,12 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
 from bec_jax import provenance
-from bec_jax import sweep as engine
+from bec_jax.engine import execute
+from bec_jax.engine.layout import state_axes
+from bec_jax.engine.plan import Chunk, Group
+from bec_jax.engine.programs import GRID_AXIS
+from bec_jax.engine.streams import per_seed_keys
+from bec_jax.sweep import gather
 from bec_jax.control import loop
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
@@ -60,12 +65,12 @@ def plan(spec: ControlSpec, chunk: int):
     """(groups, chunks) as `bec_jax.sweep.plan` gives them: one group (every
     point has the same shapes), chunks of at most `chunk` points."""
     G = spec.num_points
-    group = engine.Group(np.arange(G), [], np.zeros(G, np.int32), ())
+    group = Group(np.arange(G), [], np.zeros(G, np.int32), ())
     size = min(chunk, G)
     chunks = []
     for start in range(0, G, size):
         stop = min(start + size, G)
-        chunks.append(engine.Chunk(0, np.minimum(np.arange(start, start + size), stop - 1), stop - start))
+        chunks.append(Chunk(0, np.minimum(np.arange(start, start + size), stop - 1), stop - start))
     return [group], chunks
 
 
@@ -132,7 +137,7 @@ def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on
     template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((d,), dtype))
     if not hasattr(template, alg.weights):
         raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state has no such field")
-    axes = engine._state_axes(template, alg.counter)
+    axes = state_axes(template, alg.counter)
 
     def run_step(learner, ls, log, key, hp):
         return loop.advance(task, lambda st, tr: alg.apply(st, tr, hp), lambda st: getattr(st, alg.weights),
@@ -155,7 +160,7 @@ def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on
         names = spec.names
         G, N = grid[names[0]].shape[0], spec.seeds
         hp = {n: grid[n].astype(dtype) for n in names}
-        keys = engine._seed_keys(seed, N)
+        keys = per_seed_keys(seed, N)
         init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
         ls = jax.vmap(lambda k: loop.loop_init(task, k, dtype))(init_keys)
         ls = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G,) + x.shape), ls)
@@ -207,8 +212,8 @@ def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on
     if len(devices) > 1:
         if chunk % len(devices):
             raise ValueError(f"chunk: must be a multiple of the {len(devices)} devices, got {chunk}")
-        mesh = Mesh(np.array(devices), (engine.GRID_AXIS,))
-        spec_g = PartitionSpec(engine.GRID_AXIS)
+        mesh = Mesh(np.array(devices), (GRID_AXIS,))
+        spec_g = PartitionSpec(GRID_AXIS)
         fn = jax.jit(jax.shard_map(program, mesh=mesh, in_specs=(PartitionSpec(), spec_g),
                                    out_specs=spec_g, check_vma=False))
     else:
@@ -218,7 +223,7 @@ def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on
 
 def assemble(spec: ControlSpec, groups, chunks, results: dict, meta: dict | None = None) -> ControlResult:
     """The `ControlResult` in grid order from every chunk's outputs."""
-    cat = engine.gather(spec.num_points, groups, chunks, results)
+    cat = gather(spec.num_points, groups, chunks, results)
     return ControlResult(spec=spec, grid=spec.grid_arrays(), returns=cat["returns"], lengths=cat["lengths"],
                          diverged_step=cat["diverged_step"], omega=cat.get("omega"), meta=dict(meta or {}))
 
@@ -236,9 +241,9 @@ def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memor
     devices = list(devices) if devices is not None else jax.devices()
     chunk = plan_chunk(spec, chunk_size, len(devices), memory_budget)
     groups, chunks = plan(spec, chunk)
-    ran = engine.run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
-                            on_chunk=on_chunk, progress=progress,
-                            engine=sys.modules[__name__])
+    ran = execute.run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
+                             on_chunk=on_chunk, progress=progress,
+                             engine=sys.modules[__name__])
     steps = int(sum(int(r["lengths"].sum()) for r in ran.results.values()))
     meta = {
         **provenance.collect(devices),
@@ -255,8 +260,8 @@ def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memor
 
 
 def run_chunks(spec: ControlSpec, groups, chunks, devices, **kwargs):
-    """`bec_jax.sweep.run_chunks` with this module's programs (for `--chunks K/N` parts)."""
-    return engine.run_chunks(spec, groups, chunks, devices, engine=sys.modules[__name__], **kwargs)
+    """`bec_jax.engine.execute.run_chunks` with this module's programs (for `--chunks K/N` parts)."""
+    return execute.run_chunks(spec, groups, chunks, devices, engine=sys.modules[__name__], **kwargs)
 
 
 def final_states(spec: ControlSpec):

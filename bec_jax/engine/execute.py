@@ -1,0 +1,458 @@
+"""Execution: running a sweep's chunks, in one call each or in segments.
+
+`run_chunks` compiles each group's program once (or takes it from the process's
+cache, `tuning.memo_get`), places a chunk's inputs on the devices, runs every
+chunk not yet done and hands each chunk's outputs to `on_chunk`. A chunk whose
+memory plan asks for it runs in time segments and seed chunks
+(`make_segment_programs`), its logs written as they come into `MemoryOutputs`
+or the runner's chunk store, with checkpoints for resuming. Progress is a bar
+advanced by a host callback (`BlockProgress`) or a line per chunk or segment.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import warnings
+from typing import Callable, NamedTuple
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from bec_jax import memory
+from bec_jax.engine import plan, programs, tuning
+from bec_jax.engine.plan import Chunk, Group, pad
+from bec_jax.engine.programs import GRID_AXIS, make_segment_programs, segment_mesh
+from bec_jax.engine.seed_stats import combine_seeds
+from bec_jax.engine.tuning import default_compiler_options, memo_get, memo_key, memo_put
+from bec_jax.spec import SweepSpec
+
+
+class BlockProgress:
+    """A progress bar (tqdm) in steps over the chunks a run computes, advanced by
+    a host callback every few log blocks (see `make_program`); shown once the
+    run has taken 2 s."""
+
+    def __init__(self, spec: SweepSpec, chunks_todo: int, chunks_total: int, local_shards: int,
+                 show: bool = True):
+        from tqdm.auto import tqdm
+        self.steps, self.K, self.shards = spec.steps, spec.log_every, max(1, local_shards)
+        self.total_chunks = chunks_total
+        self.bar = tqdm(total=chunks_todo * spec.steps, unit="step", unit_scale=True, delay=2.0, file=sys.stderr,
+                        desc="[bec-jax]", dynamic_ncols=True, leave=True, disable=not show)
+        self._ticks, self._last = 0, 0
+        self._lock = threading.Lock()
+
+    def chunk(self, i: int) -> None:
+        """Names the chunk now running."""
+        self.bar.set_description(f"[bec-jax] chunk {i + 1}/{self.total_chunks}", refresh=False)
+        self._last = 0
+
+    def __call__(self, j) -> None:
+        """Block j (1-based) of the running chunk has finished on one device."""
+        with self._lock:  # one call per device shard
+            self._ticks += 1
+            if self._ticks % self.shards == 0:
+                step = int(j) * self.K
+                self.bar.update(step - self._last)
+                self._last = step
+
+    def end_chunk(self) -> None:
+        """The chunk is done: the bar moves to its end (the blocks after the last report)."""
+        with self._lock:
+            self.bar.update(self.steps - self._last)
+            self._last = self.steps
+
+    def close(self) -> None:
+        """Closes the bar."""
+        self.bar.close()
+
+
+def _want_block_progress(progress: bool | None) -> bool:
+    """Block progress is compiled in when asked for, or by default where someone
+    watches: stderr a terminal and one JAX process (every process of a
+    jax.distributed run must compile the same program)."""
+    if progress is not None:
+        return bool(progress)
+    return jax.process_count() == 1 and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+
+def _progress(done: int, total: int, t0: float, ran: int, todo: int) -> None:
+    """The per-chunk progress line: `done` of `total` chunks, `ran` of this run's
+    `todo` computed since `t0` (the estimate counts only those)."""
+    el = time.perf_counter() - t0
+    sys.stderr.write(f"\r[bec-jax] chunk {done}/{total}  {el:6.1f}s elapsed")
+    if ran < todo:
+        sys.stderr.write(f"  ~{el / ran * (todo - ran):5.1f}s left")
+    else:
+        sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+class ChunkRun(NamedTuple):
+    """What `run_chunks` returns: every chunk's outputs, the timings and the
+    number of programs compiled (not counting those reused from this process's
+    earlier sweeps)."""
+
+    results: dict
+    compile_time_s: float
+    run_time_s: float
+    programs: int
+    computed_points: int
+
+
+def _check_done(done: dict, chunks: list[Chunk]) -> None:
+    """Refuses `done` chunks that do not fit `chunks` (another chunk size, say)."""
+    for i, arrays in done.items():
+        if not 0 <= i < len(chunks):
+            raise ValueError(f"done_chunks: chunk {i} does not exist (the sweep has {len(chunks)} chunks)")
+        for name, arr in arrays.items():
+            if np.shape(arr)[:1] != (chunks[i].n,):
+                raise ValueError(f"done_chunks: chunk {i}'s {name!r} has shape {np.shape(arr)}; "
+                                 f"expected {chunks[i].n} grid points first (a different chunk size?)")
+
+
+def placements(mesh: Mesh | None, device, by_seed: bool = False) -> tuple:
+    """Where a call's (seed, grid inputs) go: with a mesh, the seed replicated and
+    the grid split over its axis (a seed chunk's grid replicated too: its seeds
+    are split instead); without, both on `device`."""
+    if mesh is None:
+        return device, device
+    return (NamedSharding(mesh, PartitionSpec()),
+            NamedSharding(mesh, PartitionSpec() if by_seed else PartitionSpec(GRID_AXIS)))
+
+
+def place(x, where):
+    """`x` (a NumPy array) on `where` (a device or a sharding). With several JAX
+    processes (`jax.distributed`) each process places the part of the global
+    array its own devices hold."""
+    if jax.process_count() > 1 and isinstance(where, NamedSharding):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, where, lambda idx: x[idx])
+    return jax.device_put(x, where)
+
+
+def fetch(out: dict) -> dict:
+    """The program's outputs as NumPy arrays; gathered from every process when
+    the grid is sharded over several JAX processes."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        return {k: np.asarray(multihost_utils.process_allgather(v, tiled=True)) for k, v in out.items()}
+    return jax.device_get(out)
+
+
+# ------------------------------------------------------------------ segmented runs
+
+class MemoryOutputs:
+    """Where a segmented chunk's logged statistics go: arrays in memory (the
+    default of `run_chunks`). `runner.ChunkStore` offers the same methods on disk:
+    .npy files written a segment's slab at a time, and checkpoints of the
+    carried state so a stopped chunk resumes at its last finished segment."""
+
+    def arrays(self, index: int, shapes: dict) -> dict:
+        """Writable arrays {name: array of shape, dtype} for chunk `index`'s logs."""
+        return {k: np.empty(shape, dtype) for k, (shape, dtype) in shapes.items()}
+
+    def restore(self, index: int) -> dict | None:
+        """The checkpoint of chunk `index` ({"next_block", "carries"}), if any."""
+        return None
+
+    def checkpoint(self, index: int, next_block: int, carries: list, logs: dict) -> None:
+        """Keeps chunk `index`'s carried states (host arrays) after `next_block`
+        blocks, with `logs` (what `arrays` gave) written up to there."""
+
+
+def _write_logs(arrays: dict, n: int, l0: int, stats: tuple) -> int:
+    """Writes statistics (mean, std, sem (T, M, G), alive (T, G)) of log points
+    l0.. into the chunk's arrays (grid first, the first `n` points), with the
+    saved convention applied (+inf where no seed is alive); returns how many
+    statistics are NaN (suspect)."""
+    mean, std, sem, alive = (np.asarray(x) for x in stats)
+    T = alive.shape[0]
+    alive_g = alive.T[:n]  # (n, T)
+    dead = (alive_g == 0)[:, None, :]
+    bad = 0
+    for name, x in (("mean", mean), ("std", std), ("sem", sem)):
+        x = np.moveaxis(x, (0, 1, 2), (2, 1, 0))[:n]  # (n, M, T)
+        bad += int((np.isnan(x) & ~dead).sum())  # NaN where no seed is alive is the +inf below
+        arrays[name][:, :, l0:l0 + T] = np.where(dead, np.inf, x)
+    arrays["alive"][:, l0:l0 + T] = alive_g
+    return bad
+
+
+def _run_segmented(spec, progs: dict, c: Chunk, seed_dev, grid, index: int, outputs, on_segment,
+                   ranges: list, place_carry, timing: dict) -> dict:
+    """One chunk, segment by segment and seed chunk by seed chunk (see
+    `make_segment_programs`): logs written into `outputs`, the finals returned.
+    With one seed chunk the carry stays on the device between segments; with
+    several, each chunk's carry waits on the host. A checkpoint (`outputs.checkpoint`)
+    is taken when `on_segment` asks for one, and after an out-of-memory error."""
+    N, M = spec.seeds, len(spec.metrics)
+    L = spec.steps // spec.log_every
+    per_seed = len(ranges) > 1
+    dt = np.dtype(spec.dtype)
+    shapes = {"mean": ((c.n, M, L + 1), dt), "std": ((c.n, M, L + 1), dt), "sem": ((c.n, M, L + 1), dt),
+              "alive": ((c.n, L + 1), np.int32)}
+    arrays = outputs.arrays(index, shapes)
+    offsets = [np.int32(o) for o in ranges]
+    on_device = (lambda x: place_carry(x)) if per_seed else (lambda x: x)
+    ck = outputs.restore(index)
+    if ck is None:
+        carries, firsts = [], []
+        for off in offsets:
+            carry, first = call(progs["start"], seed_dev, grid, off)
+            carries.append(jax.device_get(carry) if per_seed else carry)
+            firsts.append(jax.device_get(first))
+        if per_seed:
+            stats = combine_seeds([(f[0][None], f[1][None]) for f in firsts], N, True)
+        else:
+            stats = tuple(np.asarray(x)[None] for x in firsts[0])
+        timing["nan"] = timing.get("nan", 0) + _write_logs(arrays, c.n, 0, stats)
+        j = 0
+    else:
+        carries = [jax.tree_util.tree_unflatten(progs["carry_tree"], leaves) for leaves in ck["carries"]]
+        if len(carries) != len(offsets):
+            raise ValueError(f"resume: chunk {index}'s checkpoint holds {len(carries)} seed chunks, "
+                             f"the plan has {len(offsets)}; start over with --overwrite")
+        carries = carries if per_seed else [place_carry(x) for x in carries]
+        j = int(ck["next_block"])
+    done = {"j": j}
+
+    def save():
+        outputs.checkpoint(index, done["j"], [jax.device_get(x) for x in carries], arrays)
+
+    try:
+        while done["j"] < L:
+            j = done["j"]
+            n = min(progs["blocks"], L - j)
+            reports, new = [], []
+            for s, off in enumerate(offsets):
+                carry, ys = call(progs["advance"][n], seed_dev, grid, off, on_device(carries[s]), np.int32(j))
+                reports.append(jax.device_get(ys))
+                new.append(jax.device_get(carry) if per_seed else carry)
+            carries[:] = new  # all seed chunks at block j + n together (a failed segment leaves them at j)
+            stats = combine_seeds(reports, N, False) if per_seed else reports[0]
+            timing["nan"] = timing.get("nan", 0) + _write_logs(arrays, c.n, j + 1, stats)
+            done["j"] = j + n
+            if on_segment is not None:
+                on_segment(index, done["j"], L, save)
+    except Exception as e:
+        if (_is_oom(e) or memory.is_memory_error(e)) and done["j"] > 0:
+            try:
+                save()  # the segments finished so far are kept for --resume
+            except (OSError, MemoryError):
+                pass  # memory or disk too short even for that: the chunk starts over
+        raise
+    fins = [jax.device_get(call(progs["finish"], seed_dev, grid, off, on_device(carries[s])))
+            for s, off in enumerate(offsets)]
+    out = {k: np.concatenate([f[k] for f in fins], axis=-1)[..., :N][: c.n] for k in fins[0]}
+    out.update(arrays)
+    return out
+
+
+def _segment_programs(spec, group: Group, size: int, devices, plan_seeds: int, blocks: int, seed_dev, grid,
+                      compiler_options) -> tuple[dict, int]:
+    """The programs of a segmented chunk, compiled: start, advance for each
+    segment length in use, finish; and how many were compiled. On one device
+    they are compiled ahead of time with `compiler_options`; over a mesh, by
+    `jit` on first use (their inputs' shardings come from the programs)."""
+    L = spec.steps // spec.log_every
+    lengths = sorted({n for _, n in _segment_list(L, blocks)})
+    sps = {n: make_segment_programs(spec, group, size, plan_seeds, n, devices,
+                                 tuning.fast_program(compiler_options))
+           for n in lengths}
+    sp = sps[lengths[-1]]
+    off = np.int32(0)
+    carry_shape = jax.eval_shape(sp.start, seed_dev, grid, off)[0]
+    progs = {"blocks": blocks, "carry_sharding": sp.carry_sharding, "mesh": sp.mesh,
+             "carry_tree": jax.tree_util.tree_structure(carry_shape)}
+    if sp.mesh is not None:  # the carry as the programs shard it
+        carry_shape = jax.tree_util.tree_map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
+                                             carry_shape, sp.carry_sharding(carry_shape))
+    opts = compiler_options or None
+    progs.update(
+        start=sp.start.lower(seed_dev, grid, off).compile(opts),
+        advance={n: q.advance.lower(seed_dev, grid, off, carry_shape, np.int32(0)).compile(opts)
+                 for n, q in sps.items()},
+        finish=sp.finish.lower(seed_dev, grid, off, carry_shape).compile(opts))
+    return progs, 2 + len(lengths)
+
+
+def _segment_list(L: int, blocks: int) -> list[tuple[int, int]]:
+    """(first block, blocks) of each segment of `L` log blocks."""
+    return [(j, min(blocks, L - j)) for j in range(0, L, blocks)]
+
+
+def call(exe, *args):
+    """Calls a compiled program (tests replace it to inject failures)."""
+    return exe(*args)
+
+
+def _is_oom(e: Exception) -> bool:
+    """Whether `e` is a device out-of-memory error."""
+    text = str(e)
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text
+
+
+def _carry_placer(progs: dict, devices) -> Callable:
+    """Puts a chunk's carried state (host arrays) back where its programs want it."""
+    if progs["mesh"] is None:
+        return lambda carry: jax.device_put(carry, devices[0])
+    return lambda carry: jax.device_put(carry, progs["carry_sharding"](carry))
+
+
+def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], devices, *,
+               done: dict | None = None, only=None, compiler_options: dict | None = None,
+               on_chunk: Callable | None = None, progress: bool | None = None, engine=None,
+               seeds_per_call: int | None = None, blocks_per_segment: int | None = None,
+               outputs=None, on_segment: Callable | None = None) -> ChunkRun:
+    """Compiles each group's program (once, when its first chunk is due) and runs
+    every chunk not in `done` (and, with `only`, in `only`); calls
+    `on_chunk(i, arrays)` after chunk i. `engine`: the module whose `make_program`
+    and `chunk_grid` make the programs (default the prediction engine's,
+    `programs.make_program` and `plan.chunk_grid`; control sweeps pass
+    `bec_jax.control.sweep`).
+
+    With `seeds_per_call` below the spec's seeds or `blocks_per_segment` below
+    its log blocks (a `memory.Plan`), each chunk runs in segments of the time
+    axis and seed chunks: the logs go into `outputs` (default `MemoryOutputs`)
+    as they come, and `on_segment(i, blocks_done, blocks, checkpoint)` is
+    called after each segment (it may call `checkpoint()` to keep the carried
+    state, and raise to stop). A device out-of-memory error raises
+    `memory.OutOfMemory` (one line) after checkpointing what it can; the chunks
+    finished before it have been passed to `on_chunk`."""
+    make_program = engine.make_program if engine is not None else programs.make_program
+    chunk_grid = engine.chunk_grid if engine is not None else plan.chunk_grid
+    kind = engine.__name__ if engine is not None else "prediction"
+    L = spec.steps // spec.log_every if engine is None else 0
+    seeds_per_call = min(seeds_per_call or spec.seeds, spec.seeds)
+    blocks_per_segment = min(blocks_per_segment or L, L) if L else 0
+    segmented = engine is None and (seeds_per_call < spec.seeds or blocks_per_segment < L)
+    if segmented and jax.process_count() > 1:
+        raise ValueError("seeds: a run in time segments or seed chunks does not support jax.distributed yet; "
+                         "raise --memory-budget (or give fewer seeds or steps) so it runs in one call per chunk")
+    outputs = outputs if outputs is not None else MemoryOutputs()
+    ranges = list(range(0, spec.seeds, seeds_per_call)) if segmented else [0]
+    # A seed chunk splits its seeds, not the grid, over the devices.
+    by_seed = segmented and seeds_per_call < spec.seeds and len(devices) > 1
+    if by_seed and seeds_per_call % len(devices):
+        raise ValueError(f"seed_chunk: must be a multiple of the {len(devices)} devices, got {seeds_per_call}")
+    timing = {"run": 0.0}
+    done = dict(done or {})
+    _check_done(done, chunks)
+    todo = [i for i in range(len(chunks)) if i not in done and (only is None or i in only)]
+    results = dict(done)
+    seed = np.uint32(spec.seed)
+    compiled: dict[tuple, Callable] = {}
+    compile_time, t_run, shown, n_compiled = 0.0, 0.0, False, 0
+    t_start = time.perf_counter()
+    bar = None
+    if todo and engine is None and not segmented and _want_block_progress(progress):
+        local = [d for d in devices if d.process_index == jax.process_index()]
+        bar = BlockProgress(spec, len(todo), len(chunks), len(local) if len(devices) > 1 else 1,
+                            show=jax.process_index() == 0)
+    state = {"n": 0, "shown": False, "last": 0.0, "since": None}
+
+    def seg_progress(i, blocks_done, blocks, checkpoint):
+        # A line per segment (at most one a second): a long chunk shows it is alive
+        # and when it will end (estimated from this process's pace: a resumed
+        # chunk starts part way).
+        now = time.perf_counter()
+        if state["since"] is None or state["since"][0] != i:
+            state["since"] = (i, blocks_done, now)
+        el = now - t_start
+        if (jax.process_index() == 0 and progress is not False and (progress or el > 2.0)
+                and now - state["last"] >= 1.0):
+            _, b0, t0 = state["since"]
+            rate = (blocks_done - b0) / (now - t0) if blocks_done > b0 and now > t0 else None
+            left = (blocks - blocks_done) / rate if rate else None
+            chunks_left = len(todo) - state["n"] - 1
+            sys.stderr.write(f"\r[bec-jax] chunk {len(done) + state['n'] + 1}/{len(chunks)}  log block "
+                             f"{blocks_done}/{blocks}  {el:6.1f}s elapsed"
+                             + (f"  ~{left:6.1f}s left in this chunk" if left is not None else "")
+                             + (f" ({chunks_left} more chunks)" if chunks_left else ""))
+            sys.stderr.flush()
+            state["shown"], state["last"] = True, now
+        if on_segment is not None:
+            on_segment(i, blocks_done, blocks, checkpoint)
+
+    try:
+        for n, i in enumerate(todo):
+            state["n"] = n
+            if bar is not None:
+                bar.chunk(i)
+            c = chunks[i]
+            c = c._replace(indices=pad(c.indices, 1 if by_seed else len(devices)))
+            size = len(c.indices)
+            key = (c.group, size)
+            grid = None
+            if key not in compiled:  # this run's first chunk of this shape
+                t = time.perf_counter()
+                opts = compiler_options if compiler_options is not None else \
+                    default_compiler_options(spec, devices[0].platform, groups[c.group])
+                memo = None if bar is not None else memo_key(spec, groups[c.group], size, devices, opts, kind)
+                if memo is not None and segmented:
+                    memo += ("segmented", seeds_per_call, blocks_per_segment)
+                hit = memo_get(memo)
+                if hit is None:
+                    if segmented:
+                        mesh = segment_mesh(devices, size, by_seed)
+                    else:
+                        program = make_program(spec, groups[c.group], size, devices, on_block=bar,
+                                               fast=tuning.fast_program(opts))
+                        mesh = program.mesh
+                    placed = placements(mesh, devices[0], by_seed)
+                    seed_dev = place(seed, placed[0])
+                    grid = {k: place(v, placed[1]) for k, v in chunk_grid(spec, groups[c.group], c).items()}
+                    if segmented:
+                        exe, made = _segment_programs(spec, groups[c.group], size, devices, seeds_per_call,
+                                                      blocks_per_segment, seed_dev, grid, opts)
+                    else:
+                        exe, made = program.fn.lower(seed_dev, grid).compile(opts or None), 1
+                    hit = (exe, placed)
+                    compile_time += time.perf_counter() - t
+                    n_compiled += made
+                    memo_put(memo, hit)
+                # The seed is placed per run: a memoised program may come from another seed's run.
+                compiled[key] = (*hit, place(seed, hit[1][0]))
+            exe, placed, seed_dev = compiled[key]
+            if grid is None:
+                grid = {k: place(v, placed[1]) for k, v in chunk_grid(spec, groups[c.group], c).items()}
+            t = time.perf_counter()
+            try:
+                if segmented:
+                    results[i] = _run_segmented(spec, exe, c, seed_dev, grid, i, outputs, seg_progress, ranges,
+                                                _carry_placer(exe, devices), timing)
+                else:
+                    out = fetch(call(exe, seed_dev, grid))
+                    results[i] = {name: np.asarray(arr)[: c.n] for name, arr in out.items()}
+            except jax.errors.JaxRuntimeError as e:
+                if not _is_oom(e):
+                    raise
+                raise memory.OutOfMemory(
+                    f"memory: the device ran out of memory in chunk {i + 1} of {len(chunks)} ({c.n} grid points x "
+                    f"{seeds_per_call} seeds per call; another process may hold memory); use a smaller "
+                    "--memory-budget, fewer seeds or a smaller --chunk-size", chunk=i) from None
+            t_run += time.perf_counter() - t
+            if bar is not None:
+                bar.end_chunk()
+            if on_chunk is not None:
+                on_chunk(i, results[i])
+            if bar is None and jax.process_index() == 0 and (
+                    progress or (progress is None and len(todo) > 1 and time.perf_counter() - t_start > 2.0)):
+                _progress(len(done) + n + 1, len(chunks), t_start, n + 1, len(todo))
+                shown = n + 1 < len(todo)
+    finally:
+        if bar is not None:
+            bar.close()
+        if shown or state["shown"]:  # end an unfinished progress line before anyone else writes
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+    if timing.get("nan"):
+        warnings.warn(f"sweep: {timing['nan']} logged statistics are NaN where the divergence check flagged "
+                      "no run; these statistics are not trustworthy", RuntimeWarning, stacklevel=3)
+    computed = sum(chunks[i].n for i in todo)
+    return ChunkRun(results, compile_time, t_run, n_compiled, computed)
+
+
