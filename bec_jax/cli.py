@@ -29,12 +29,18 @@ thread stacks in DIR/stall-<pid>.txt and exits with status 75 (`bec_jax.watchdog
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import re
 import shlex
 import signal
 import sys
+
+from bec_jax import algorithms, analysis, envs, sampling, schedules
+from bec_jax.control import algorithms as control_algorithms
+from bec_jax.control import tasks as control_tasks
+from bec_jax.spec import ScheduleSpec, SweepSpec
 
 EXIT_USAGE = 2
 
@@ -44,6 +50,20 @@ FIELD_OF_DEST = {"t0": "schedule.t0", "p_alpha": "schedule.p_alpha", "p_beta": "
 SPEC_DESTS = ("env", "algorithm", "env_param", "steps", "seeds", "log_every", "sampler", "schedule", "t0",
               "p_alpha", "p_beta", "p_zeta", "metrics", "dtype", "seed", "divergence_bound")
 SCHEDULE_DESTS = ("t0", "p_alpha", "p_beta", "p_zeta")
+
+
+def _listing(names, default=None, last: str | None = "or") -> str:
+    """Names for a help text, read from a registry: 'a (default), b or c' (with
+    `last=None`, 'a (default), b, c' for a list that goes on)."""
+    shown = [f"{n} (default)" if n == default else n for n in names]
+    if last is None or len(shown) == 1:
+        return ", ".join(shown)
+    return f"{', '.join(shown[:-1])} {last} {shown[-1]}"
+
+
+def _default(cls, field: str):
+    """The default of `cls`'s parameter `field` (help texts name the spec's own)."""
+    return inspect.signature(cls).parameters[field].default
 
 
 class UsageError(ValueError):
@@ -281,9 +301,6 @@ def spec_from_args(args):
     the file alone: a spec option also given on the command line is refused (not
     silently ignored). A file's `out = "DIR"` is used unless --out is given.
     """
-    from bec_jax import algorithms
-    from bec_jax.spec import ScheduleSpec, SweepSpec
-
     given = _given(args)
     if args.config:
         if given:
@@ -622,15 +639,17 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="Every hyperparameter the algorithm declares is an option: --NAME v1,v2,... "
                               "(e.g. --alpha 0.01,0.1 --beta 0.1 --lambda 0,0.5,0.9).")
     r.add_argument("--config", help="TOML file with the spec's fields (see README)")
-    r.add_argument("--env", help="a registered name, an .npz/.toml MDP file or package.module:function")
-    r.add_argument("--algorithm", help="a registered name or package.module:attribute")
+    r.add_argument("--env", help=f"{_listing(envs.names(), _default(SweepSpec, 'env'), None)}, an .npz/.toml MDP "
+                                 "file or package.module:function")
+    r.add_argument("--algorithm", help=f"{_listing(algorithms.names(), _default(SweepSpec, 'algorithm'), None)} "
+                                       "or package.module:attribute")
     r.add_argument("--env-param", action="append", type=_env_param, metavar="NAME=v1,v2",
                    help="an environment parameter's values, e.g. gamma=0.8,0.9 (repeatable)")
     r.add_argument("--steps", type=_int("steps"), help="default 1000")
     r.add_argument("--seeds", type=_int("seeds"), help="default 50")
     r.add_argument("--log-every", type=_int("log_every"), help="default 10")
-    r.add_argument("--sampler", help="markov (default) or iid")
-    r.add_argument("--schedule", help="constant (default) or robbins_monro")
+    r.add_argument("--sampler", help=_listing(sampling.KINDS, _default(SweepSpec, "sampler")))
+    r.add_argument("--schedule", help=_listing(schedules.SCHEDULES, _default(ScheduleSpec, "kind")))
     r.add_argument("--t0", type=_float("schedule.t0"),
                    help="robbins_monro: x_t = x (t0/(t+t0))^p (default 100)")
     r.add_argument("--p-alpha", type=_float("schedule.p_alpha"),
@@ -638,8 +657,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--p-beta", type=_float("schedule.p_beta"), help="default 0.6")
     r.add_argument("--p-zeta", type=_float("schedule.p_zeta"), help="default 0.8")
     r.add_argument("--metrics", type=_names,
-                   help="comma-separated: rmscbe (default), rmspcbe, rmspbe, rmsve, rmsbe, "
-                        "rmspbe_emphatic, rmspcbe_emphatic, rmsve_emphatic, fixpoint_distance")
+                   help="comma-separated: " + _listing(analysis.metric_names(), _default(SweepSpec, "metrics")[0],
+                                                       None))
     r.add_argument("--dtype", help="float32 (default) or float64")
     r.add_argument("--seed", type=_int("seed"), help="default 0")
     r.add_argument("--divergence-bound", type=_float("divergence_bound"), help="default 1e6")
@@ -663,10 +682,11 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("control", help="run one control sweep (epsilon-greedy agents on a control task)",
                        allow_abbrev=False)
     c.add_argument("--config", help="TOML file with the control spec's fields")
-    c.add_argument("--task", help="cliff_walking, maze, mountain_car or acrobot")
+    c.add_argument("--task", help=_listing(control_tasks.names()))
     c.add_argument("--task-param", action="append", type=_env_param, metavar="NAME=VALUE",
                    help="a task parameter, e.g. num_tilings=5 (repeatable)")
-    c.add_argument("--algorithm", help="q, cq, gq, cgq, gq_authors, cgq_authors, rcq_simple or rcq_value")
+    c.add_argument("--algorithm", help=f"{_listing(control_algorithms.names(), last=None)} or "
+                                       "package.module:attribute")
     for n in ("alpha", "beta", "zeta"):
         c.add_argument(f"--{n}", metavar="v1,v2,...", help=f"values of {n} (a grid axis)")
     c.add_argument("--episodes", type=_int("episodes"), help="episodes per run (default 100)")

@@ -104,3 +104,30 @@ def test_console_script_installed():
     assert p.returncode == 2
     assert "Traceback" not in p.stderr
     assert "known: baird, boyan_chain, kolter, random_mdp, random_walk" in p.stderr
+
+
+def test_help_lists_the_registries(capsys):
+    """The help names what is registered now, a user's registrations included:
+    it is read from the registries, not spelled out."""
+    import dataclasses
+
+    from bec_jax import analysis
+    from bec_jax.control import algorithms as control_algorithms
+    from bec_jax.control import tasks as control_tasks
+    try:
+        analysis.register_metric("help_metric_test", lambda env: np.ones((1, env.num_features + 1)), "a test")
+        control_tasks.register("help_task_test", control_tasks.maze)
+        control_algorithms.register(dataclasses.replace(control_algorithms.Q, name="help_alg_test"))
+        assert main(["run", "--help"]) == 0
+        run_help = " ".join(capsys.readouterr().out.split())
+        assert main(["control", "--help"]) == 0
+        control_help = " ".join(capsys.readouterr().out.split())
+    finally:
+        analysis.METRIC_REGISTRY.pop("help_metric_test", None)
+        control_tasks.TASKS.pop("help_task_test", None)
+        control_algorithms.ALGORITHMS.pop("help_alg_test", None)
+    assert "rmscbe (default), rmspcbe," in run_help and "fixpoint_distance, help_metric_test" in run_help
+    assert "markov (default) or iid" in run_help and "constant (default) or robbins_monro" in run_help
+    assert "boyan_chain (default)" in run_help and "ctd (default)" in run_help
+    assert "acrobot, cliff_walking, help_task_test, maze or mountain_car" in control_help
+    assert "rcq_value, help_alg_test or package.module:attribute" in control_help

@@ -312,5 +312,49 @@ def test_module_imports_no_task_code():
             mods.add(node.module)
         elif isinstance(node, ast.Import):
             mods.update(a.name for a in node.names)
-    assert mods <= {"__future__", "typing", "chex", "jax", "jax.numpy", "bec_jax.algorithms.base",
-                    "bec_jax.control.transition"}, mods
+    # bec_jax.algorithms for import_attribute (package.module:attribute references).
+    assert mods <= {"__future__", "typing", "chex", "jax", "jax.numpy", "bec_jax.algorithms",
+                    "bec_jax.algorithms.base", "bec_jax.control.transition"}, mods
+
+
+# ------------------------------------------------------------------ discovery and registration
+
+def test_every_module_level_algorithm_is_registered_in_definition_order():
+    # Read from the source, not from the registry: an Algorithm defined in the
+    # module is registered without being added to any list.
+    tree = ast.parse(pathlib.Path(ca.__file__).read_text())
+    defined = [n.targets[0].id for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+               and getattr(n.value.func, "id", "") == "Algorithm"]
+    assert len(defined) == len(NAMES)
+    assert [getattr(ca, v).name for v in defined] == ca.names()
+
+
+def test_register_get_and_module_attribute(tmp_path, monkeypatch):
+    import dataclasses
+
+    from bec_jax.control import sweep
+    from bec_jax.control.spec import ControlSpec
+    mine = dataclasses.replace(ca.Q, name="q_copy_test", label="Q (a copy)")
+    try:
+        assert ca.register(mine) is mine and ca.names() == NAMES + ["q_copy_test"]
+        assert ca.get("q_copy_test") is mine and ca.get(mine) is mine
+        with pytest.raises(ValueError, match="'q' is already registered"):
+            ca.register(dataclasses.replace(ca.Q, label="another Q"))
+        # A registered algorithm runs as its original does, bit for bit.
+        kw = dict(task="cliff_walking", hyperparameters={"alpha": [0.1]}, seeds=2, episodes=5)
+        a = sweep.run(ControlSpec(algorithm="q_copy_test", **kw), progress=False)
+        b = sweep.run(ControlSpec(algorithm="q", **kw), progress=False)
+        np.testing.assert_array_equal(a.lengths, b.lengths)
+        np.testing.assert_array_equal(a.returns, b.returns)
+    finally:
+        ca.ALGORITHMS.pop("q_copy_test", None)
+    assert ca.names() == NAMES
+    (tmp_path / "my_control_algs.py").write_text(
+        "import dataclasses\nfrom bec_jax.control import algorithms as ca\n"
+        "MINE = dataclasses.replace(ca.CQ, name='cq_mine')\nNOT_ONE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert ca.get("my_control_algs:MINE").name == "cq_mine" and "cq_mine" not in ca.names()
+    with pytest.raises(ValueError, match="is a int, not a bec_jax Algorithm"):
+        ca.get("my_control_algs:NOT_ONE")
+    with pytest.raises(ValueError, match="has no attribute 'NOPE'"):
+        ca.get("my_control_algs:NOPE")

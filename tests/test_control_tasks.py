@@ -2,6 +2,7 @@
 tile coder against hand-worked cases and an independent NumPy transcription of
 the authors' scheme, MountainCar and Acrobot against gymnax, NumPy and
 Gymnasium, and every task under jit, vmap and scan."""
+import ast
 import sys
 from collections import deque
 
@@ -496,6 +497,34 @@ def test_registry_and_errors(monkeypatch):
     with pytest.raises(ImportError, match="acrobot needs gymnax"):
         tasks.make("acrobot")
 
+
+
+def test_tasks_register_where_defined_and_users_register_theirs():
+    # Every public factory of the module that builds a ControlEnv is registered
+    # by its decorator under its own name, with no list to edit.
+    tree = ast.parse(open(tasks.__file__).read())
+    decorated = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+                 and any(isinstance(d, ast.Call) and getattr(d.func, "id", "") == "register" for d in n.decorator_list)}
+    assert decorated == set(tasks.names()) and all(tasks.TASKS[n] is getattr(tasks, n) for n in decorated)
+
+    def small_maze(*, gamma=0.5):
+        return tasks.maze(gamma=gamma, max_episode_steps=20)
+
+    try:
+        assert tasks.register("small_maze_test", small_maze) is small_maze
+        assert "small_maze_test" in tasks.names()
+        env = tasks.make("small_maze_test")
+        assert (env.gamma, env.max_episode_steps) == (0.5, 20)
+        with pytest.raises(ValueError, match="'maze' is already registered"):
+            tasks.register("maze", small_maze)
+        with pytest.raises(ValueError, match="without ':'"):
+            tasks.register("a:b", small_maze)
+        deco = tasks.register("small_maze_test2")(small_maze)  # the decorator form
+        assert deco is small_maze and tasks.TASKS["small_maze_test2"] is small_maze
+    finally:
+        tasks.TASKS.pop("small_maze_test", None)
+        tasks.TASKS.pop("small_maze_test2", None)
+    assert tasks.names() == ["acrobot", "cliff_walking", "maze", "mountain_car"]
 
 def test_tiled_task_parameters():
     pytest.importorskip("gymnax")

@@ -22,7 +22,8 @@ chose a), and the target policy, greedy in Q, enters only through the
 bootstrapped action a* at s' (Greedy-GQ's expectation over pi(.|s') of phi(s', b)
 is phi(s', a*) for a greedy pi). The authors' code never applies a ratio either.
 
-Algorithms (module-level `Algorithm`s, in `ALGORITHMS` in this order):
+Algorithms (module-level `Algorithm`s, registered on import in this order; `register`
+adds a user's, `get` also takes `package.module:attribute`):
   q            Watkins' Q-learning with linear action values.
   cq           centered Q-learning: the paper's CTD, eqs. (28)-(29) [omega,
                theta], on action values with the greedy target (the authors' CQ).
@@ -61,6 +62,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from bec_jax.algorithms import import_attribute
 from bec_jax.algorithms.base import Algorithm, StepSize, resolve, step_size, zero_count
 from bec_jax.control.transition import ControlTransition, q_values
 
@@ -331,18 +333,52 @@ RCQ_VALUE = Algorithm(
               "[tdcentering])",
     weights="w", counter="count")
 
-ALGORITHMS: dict[str, Algorithm] = {
-    alg.name: alg for alg in (Q, CQ, GQ, CGQ, GQ_AUTHORS, CGQ_AUTHORS, RCQ_SIMPLE, RCQ_VALUE)}
+# name -> Algorithm in registration order: this module's, found by `_discover`,
+# then any a user registers.
+ALGORITHMS: dict[str, Algorithm] = {}
+
+
+def register(alg: Algorithm, *, replace: bool = False) -> Algorithm:
+    """Adds the control algorithm `alg` under `alg.name` and returns it. A name
+    that is already taken is an error (`replace=True` overrides)."""
+    if not isinstance(alg, Algorithm):
+        raise ValueError(f"algorithm: register expects an Algorithm, got {type(alg).__name__}")
+    if alg.name in ALGORITHMS and not replace and ALGORITHMS[alg.name] is not alg:
+        raise ValueError(f"algorithm: the control algorithm name {alg.name!r} is already registered; "
+                         "choose another name")
+    ALGORITHMS[alg.name] = alg
+    return alg
 
 
 def names() -> list[str]:
-    """The control algorithm names, in registry order."""
+    """The control algorithm names, in registration order (this module's in definition order)."""
     return list(ALGORITHMS)
 
 
-def get(name: str) -> Algorithm:
-    """The control `Algorithm` called `name`; `ValueError` naming `algorithm` and
-    listing the known names otherwise."""
-    if not isinstance(name, str) or name not in ALGORITHMS:
-        raise ValueError(f"algorithm: unknown control algorithm {name!r}; known: {', '.join(names())}")
-    return ALGORITHMS[name]
+def get(ref) -> Algorithm:
+    """The control `Algorithm` `ref` names: a registered name, a
+    `package.module:attribute` reference (imported, not registered), or an
+    `Algorithm` itself; `ValueError` naming `algorithm` and listing the known
+    names otherwise."""
+    if isinstance(ref, Algorithm):
+        return ref
+    if isinstance(ref, str) and ref in ALGORITHMS:
+        return ALGORITHMS[ref]
+    if isinstance(ref, str) and ":" in ref:
+        alg = import_attribute(ref, "algorithm")
+        if not isinstance(alg, Algorithm):
+            raise ValueError(f"algorithm: {ref!r} is a {type(alg).__name__}, not a bec_jax Algorithm")
+        return alg
+    raise ValueError(f"algorithm: unknown control algorithm {ref!r}; known: {', '.join(names())} "
+                     "(or package.module:attribute for your own)")
+
+
+def _discover() -> None:
+    """Registers every module-level `Algorithm` of this module, in definition
+    order: adding a control algorithm is defining one here (or registering it)."""
+    for value in list(globals().values()):
+        if isinstance(value, Algorithm):
+            register(value)
+
+
+_discover()

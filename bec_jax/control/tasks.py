@@ -56,7 +56,8 @@ out of reach). Gymnasium integrates in float64 and returns float32
 observations, so trajectories agree with it to float32 rounding, not bit for
 bit. Action b's tiles are at b * (tiles per action) + the tile index.
 
-`make(name, **params)` builds a task; `names()` lists them. Every task takes
+`make(name, **params)` builds a task; `names()` lists them; `register(name, factory)`
+(or `@register(name)` on the factory) adds one, as this module's own tasks do. Every task takes
 `gamma` and `max_episode_steps`; the tile-coded ones also `num_tilings` and
 `bins` (an integer, or one per observation dimension). `ControlEnv.params`
 holds the resolved parameters, so `make(env.name, **env.params)` rebuilds it.
@@ -134,6 +135,34 @@ class ControlEnv:
     reset: Callable[[jax.Array], Any]
     step: Callable[[jax.Array, Any, jax.Array], tuple[Any, jax.Array, jax.Array]]
     active: Callable[[Any], jax.Array]
+
+
+# ------------------------------------------------------------------ registry
+
+# name -> factory (keyword parameters -> ControlEnv): this module's tasks register
+# themselves where they are defined (`@register("name")`), a user's with `register`.
+TASKS: dict[str, Callable[..., ControlEnv]] = {}
+
+
+def register(name: str, factory: Callable[..., ControlEnv] | None = None, *, replace: bool = False):
+    """Registers `factory` (keyword parameters -> `ControlEnv`) under `name` and
+    returns it; without `factory`, a decorator that does (`@register("maze")`).
+    A name that is taken is an error (`replace=True` overrides)."""
+    if factory is None:
+        return lambda f: register(name, f, replace=replace)
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ValueError(f"task: a registered name must be a non-empty string without ':', got {name!r}")
+    if not callable(factory):
+        raise ValueError(f"task: the factory of {name!r} must be callable, got {factory!r}")
+    if name in TASKS and not replace and TASKS[name] is not factory:
+        raise ValueError(f"task: the name {name!r} is already registered; choose another name")
+    TASKS[name] = factory
+    return factory
+
+
+def names() -> list[str]:
+    """The task names, sorted."""
+    return sorted(TASKS)
 
 
 # ----------------------------------------------------------------- validation
@@ -222,6 +251,7 @@ def maze_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return nxt, rew, term
 
 
+@register("cliff_walking")
 def cliff_walking(*, gamma=GAMMA, max_episode_steps=1000) -> ControlEnv:
     """Gymnasium's CliffWalking-v0 with one-hot features (module docstring)."""
     gamma, cap = _gamma(gamma), _positive_int("max_episode_steps", max_episode_steps)
@@ -230,6 +260,7 @@ def cliff_walking(*, gamma=GAMMA, max_episode_steps=1000) -> ControlEnv:
                         {"gamma": gamma, "max_episode_steps": cap})
 
 
+@register("maze")
 def maze(*, gamma=GAMMA, max_episode_steps=1000) -> ControlEnv:
     """The authors' 13x13 Maze with one-hot features (module docstring)."""
     gamma, cap = _gamma(gamma), _positive_int("max_episode_steps", max_episode_steps)
@@ -320,6 +351,7 @@ def _bins(bins, dims):
         raise ValueError(f"{e} (an integer >= 1 or {dims} of them)") from None
 
 
+@register("mountain_car")
 def mountain_car(*, gamma=GAMMA, max_episode_steps=1000, num_tilings=5, bins=20) -> ControlEnv:
     """gymnax MountainCar-v0, tile-coded as Mountain_Car/main.py (module docstring)."""
     gamma, cap = _gamma(gamma), _positive_int("max_episode_steps", max_episode_steps)
@@ -336,6 +368,7 @@ def mountain_car(*, gamma=GAMMA, max_episode_steps=1000, num_tilings=5, bins=20)
                       {"gamma": gamma, "max_episode_steps": cap, "num_tilings": t, "bins": list(b)})
 
 
+@register("acrobot")
 def acrobot(*, gamma=GAMMA, max_episode_steps=500, num_tilings=5, bins=5) -> ControlEnv:
     """gymnax Acrobot-v1, tile-coded as Acrobot/main.py (module docstring)."""
     gamma, cap = _gamma(gamma), _positive_int("max_episode_steps", max_episode_steps)
@@ -353,20 +386,7 @@ def acrobot(*, gamma=GAMMA, max_episode_steps=500, num_tilings=5, bins=5) -> Con
                       {"gamma": gamma, "max_episode_steps": cap, "num_tilings": t, "bins": list(b)})
 
 
-# ------------------------------------------------------------------ registry
-
-TASKS: dict[str, Callable[..., ControlEnv]] = {
-    "acrobot": acrobot,
-    "cliff_walking": cliff_walking,
-    "maze": maze,
-    "mountain_car": mountain_car,
-}
-
-
-def names() -> list[str]:
-    """The task names, sorted."""
-    return sorted(TASKS)
-
+# ------------------------------------------------------------------ making a task
 
 def make(name: str, **params) -> ControlEnv:
     """The task `name` with its parameters; `ValueError` naming the field for an
@@ -382,4 +402,4 @@ def make(name: str, **params) -> ControlEnv:
 
 
 __all__ = ["MAZE_MAP", "TASKS", "ControlEnv", "acrobot", "cliff_walking", "cliff_walking_tables", "make",
-           "maze", "maze_tables", "mountain_car", "names", "tiling"]
+           "maze", "maze_tables", "mountain_car", "names", "register", "tiling"]
