@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax import sampling
+from bec_jax import files, sampling
 from bec_jax.engine.layout import state_axes
 
 DEFAULT_BUDGET = 2 << 30        # bytes one compiled call may use by default
@@ -57,7 +57,7 @@ BLOCK_OVERHEAD = 5000           # a log block's fixed cost, in updates (the time
 SEGMENT_REPORT_FRACTION = 4     # a segment's reports use at most budget / 4
 CPU_CACHE_BYTES = 1_500_000     # carried state per device of one call on a CPU (cache-sized)
 MAX_CALLS = 100_000             # more seed chunks than this: refused (the budget is too small to be useful)
-LAZY_LOG_BYTES = 256 << 20      # log arrays above this stream to disk and load memory-mapped
+LAZY_LOG_BYTES = files.LAZY_LOG_BYTES  # log arrays above this stream to disk (the plan's copy of the format's rule)
 ADDRESS_MARGIN = 512 << 20      # address space a run takes beyond the plan (compiler, threads): 250-300 MB measured
 MIN_BUDGET = 64 << 20           # the least default budget (below it the plan's own refusals speak)
 

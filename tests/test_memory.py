@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from bec_jax import cli, memory, runner, sweep
+from bec_jax import cli, files, memory, runner, sweep
 from bec_jax.engine import execute
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
@@ -245,7 +245,8 @@ def test_injected_oom_inside_a_segment_keeps_the_finished_segments(tmp_path, ref
 
 def test_large_logs_stream_to_disk_and_load_memory_mapped(tmp_path, reference, monkeypatch):
     spec, ref = reference
-    monkeypatch.setattr(memory, "LAZY_LOG_BYTES", 100)
+    monkeypatch.setattr(memory, "LAZY_LOG_BYTES", 100)  # the plan streams the logs
+    monkeypatch.setattr(files, "LAZY_LOG_BYTES", 100)   # and SweepResult.save writes them as .npy files
     out = str(tmp_path / "lazy")
     r = runner.run_to_dir(spec, out, devices=jax.devices()[:1], progress=False, segment_blocks=4)
     assert sorted(os.listdir(os.path.join(out, "curves"))) == ["alive.npy", "mean.npy", "sem.npy", "std.npy",
@@ -258,6 +259,7 @@ def test_large_logs_stream_to_disk_and_load_memory_mapped(tmp_path, reference, m
     assert back.summary() == ref.summary()
     # An in-memory result larger than the threshold is written the same way.
     ref.save(str(tmp_path / "saved"))
+    assert os.path.isfile(os.path.join(tmp_path, "saved", "curves", "mean.npy"))
     assert_same(ref, SweepResult.load(str(tmp_path / "saved")))
 
 
