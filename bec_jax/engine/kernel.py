@@ -11,6 +11,7 @@ over segments of it; either way every run does the same arithmetic.
 from __future__ import annotations
 
 import contextlib
+from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
@@ -128,13 +129,52 @@ def _split(x: jax.Array, sizes: tuple) -> list:
     return jnp.split(x, np.cumsum(sizes)[:-1].tolist())
 
 
+class Form(NamedTuple):
+    """What a group's program is made of, fixed before tracing (`make_kernel`): the
+    explicit context the kernel's functions read besides their arguments."""
+
+    dtype: object
+    E: int              # the group's models
+    per_model: bool     # several models, each seed's trajectory of each sampled once a step
+    tables_np: object   # the sampler tables (NumPy: constants made inside the trace)
+    step_fn: Callable   # the sampler's step from uniforms
+    nu: int             # uniforms per step
+    K: int              # steps per log block
+    L: int              # log blocks
+    report_every: int   # log blocks per progress report
+    bound: float        # the divergence bound
+    theta0: np.ndarray  # (E, k) the models' start weights
+    mets: list | None   # one model: its metrics (constants)
+    stacked: list | None  # several models: each metric's (R, h) stacked over them, zero-padded
+    nonzero: list | None  # several models: each metric's nonzero columns
+    members: tuple      # the `_Member`s (one per sweep of a joint program)
+    paired: bool        # log blocks two an iteration (the run-fast form)
+    share: bool         # updates under `algorithms.sharing`
+    on_block: Callable | None
+
+
+class Context(NamedTuple):
+    """What `setup` makes of a (seed, grid chunks, seed range), inside the trace."""
+
+    sizes: tuple       # each member's grid points (their sum: the program's)
+    N: int
+    tables: object
+    hp_vals: list
+    init_keys: jax.Array
+    stream_keys: jax.Array
+    env_idx: object
+    mets_g: list
+
+
 def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None = None,
-            others: tuple = (), fast: bool = True, devices=None) -> Kernel:
+                others: tuple = (), fast: bool = True, devices=None) -> Kernel:
     """The traced pieces of a group's program: the context of a (seed, grid
     chunk, seed range), the start state, a run of log blocks, and the end.
 
-    `_whole_run` chains them once over the whole time axis; the segmented
-    programs (`make_segment_programs`) call the same pieces over a part of the
+    Each piece is a top-level function of the `Form` made here (what the program
+    is made of) and the `Context` `setup` makes inside the trace. The whole-run
+    program (`programs.make_program`) chains them once over the whole time axis;
+    the segmented programs (`programs.make_segment_programs`) call the same pieces over a part of the
     time axis or of the seeds, so every run does the same arithmetic either way.
     With `per_seed` the log blocks report each seed's metric values and alive
     flags instead of the statistics over seeds (a seed-chunked run combines
@@ -147,7 +187,7 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     are shared, over the members' grid points laid end to end. `grids` holds
     one grid chunk per member.
 
-    `fast`: the run-fast form (see `fast_program`), the same arithmetic bit for
+    `fast`: the run-fast form (see `tuning.fast_program`), the same arithmetic bit for
     bit. Its log blocks run two an iteration, each with its first step outside
     its loop of steps, so the state needs no copy between blocks, in a program
     about twice as long; and on a CPU (`devices`, None: JAX's default) the
@@ -172,8 +212,9 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
 
     if E == 1:
         mets = [analysis.metric(models[0], m) for m in spec.metrics]  # constants, unrolled over nonzeros
-        nonzero = None
+        stacked = nonzero = None
     else:
+        mets = None
         per_model = [[analysis.metric(m, name) for m in models] for name in spec.metrics]
         # A metric's factor has as many rows as its rank (a projected error of
         # rank-deficient features has fewer): zero rows pad them to one shape,
@@ -193,178 +234,187 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     # point sample its own (the same transitions either way).
     per_model = 1 < E <= chunk
     tr_axis = None if E == 1 else 0
-    members = [_member(s, g, k, dtype, tr_axis) for s, g in ((spec, group), *others)]
+    members = tuple(_member(s, g, k, dtype, tr_axis) for s, g in ((spec, group), *others))
+    form = Form(dtype=dtype, E=E, per_model=per_model, tables_np=tables_np, step_fn=step_fn, nu=nu, K=K, L=L,
+                report_every=report_every, bound=bound, theta0=theta0, mets=mets, stacked=stacked,
+                nonzero=nonzero, members=members, paired=paired, share=share, on_block=on_block)
+    return Kernel(partial(_setup, form), partial(_start, form), partial(_blocks, form), partial(_finish, form),
+                  tuple(mb.axes for mb in members))
 
-    class Ctx(NamedTuple):
-        sizes: tuple       # each member's grid points (their sum: the program's)
-        N: int
-        tables: object
-        hp_vals: list
-        init_keys: jax.Array
-        stream_keys: jax.Array
-        env_idx: object
-        mets_g: list
 
-    def setup(seed, grids, offset, N):
-        sizes = tuple(g[ENV_INDEX].shape[0] for g in grids)
-        keys = per_seed_keys(seed, N, offset)
-        # Constants of the program, made inside the trace (nothing compiled to place them).
-        tables = sampling.SamplerTables(*(jnp.asarray(x) for x in tables_np))
-        hp_vals = [{h.name: g[h.name].astype(dtype) for h in mb.traced} for mb, g in zip(members, grids)]
-        init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+def _setup(f: Form, seed, grids, offset, N) -> Context:
+    """The context of seeds offset .. offset + N - 1 of base seed `seed` on `grids`
+    (one grid chunk per member)."""
+    sizes = tuple(g[ENV_INDEX].shape[0] for g in grids)
+    keys = per_seed_keys(seed, N, offset)
+    # Constants of the program, made inside the trace (nothing compiled to place them).
+    tables = sampling.SamplerTables(*(jnp.asarray(x) for x in f.tables_np))
+    hp_vals = [{h.name: g[h.name].astype(f.dtype) for h in mb.traced} for mb, g in zip(f.members, grids)]
+    init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+    if f.E == 1:
+        env_idx, mets_g = None, f.mets
+    else:
+        env_idx = grids[0][ENV_INDEX]
+        mets_g = [analysis.Metric(jnp.asarray(R)[env_idx], jnp.asarray(h)[env_idx]) for R, h in f.stacked]
+    return Context(sizes, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
+
+
+def _metric_values(f: Form, ctx: Context, states):
+    """(M, G, N) metric values of the states (seed-major: (N, G, ...)).
+
+    Taken grid-major, on each weight's column turned (G, N), as before the
+    states were seed-major: taken on the seed-major weights directly, a
+    final value of one program form (fusion emitters, 8-point chunks) came
+    out 1 ulp apart from the others', which the bit-for-bit tests caught.
+    Turning the columns rather than the whole (N, G, k) array lets XLA:CPU
+    read them in the metric's loop (faster, the same bits)."""
+    w = [getattr(st, mb.alg.weights) for mb, st in zip(f.members, states)]
+    w = w[0] if len(w) == 1 else jnp.concatenate(w, axis=1)
+    return analysis.metric_values(ctx.mets_g, [w[..., i].T for i in range(w.shape[-1])], f.nonzero)
+
+
+def _report(vals, keep, per_seed, exact_ties=False, count=None):
+    """A log point's report: per seed (values, alive), or the statistics over seeds."""
+    if per_seed:
+        return vals, keep
+    return log_point(vals, keep, exact_ties, count=count)
+
+
+def _start(f: Form, ctx: Context, per_seed):
+    """(carry, the step-0 report): every run at its model's start."""
+    N, E, dtype = ctx.N, f.E, f.dtype
+    u0 = jax.vmap(lambda key: jax.random.uniform(key, dtype=dtype))(ctx.init_keys)  # (N,)
+    states = []
+    if E == 1:
+        samp = jax.vmap(lambda u: sampling.init_state_from_uniform(ctx.tables, u))(u0)  # (N,)
+    else:
+        starts = jnp.arange(E, dtype=jnp.int32) if f.per_model else ctx.env_idx
+        samp = jax.vmap(lambda e: jax.vmap(lambda u: sampling.init_state_from_uniform(ctx.tables, u, e))(u0))(
+            starts)
+    for mb, G in zip(f.members, ctx.sizes):
         if E == 1:
-            env_idx, mets_g = None, mets
+            st0 = mb.alg.init(jnp.asarray(f.theta0[0].astype(dtype)))
         else:
-            env_idx = grids[0][ENV_INDEX]
-            mets_g = [analysis.Metric(jnp.asarray(R)[env_idx], jnp.asarray(h)[env_idx]) for R, h in stacked]
-        return Ctx(sizes, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
+            st0 = jax.vmap(mb.alg.init, out_axes=mb.axes)(jnp.asarray(f.theta0.astype(dtype))[ctx.env_idx])
+        # Batched leaves to (N, G, ...), seed-major (see `_member`): per point
+        # (E > 1) or one start for all (E = 1).
+        states.append(jax.tree_util.tree_map(
+            lambda x, ax: x if ax is None else (jnp.broadcast_to(x[None], (N, G) + x.shape[1:]) if E > 1
+                                                else jnp.broadcast_to(x, (N, G) + x.shape)),
+            st0, mb.axes))
+    states = tuple(states)
+    dstep = jnp.full((sum(ctx.sizes), N), -1, jnp.int32)
+    alive0 = dstep < 0
+    if E == 1:  # one start for all: its metrics once (XLA folds them), broadcast
+        vals0 = jnp.concatenate([jnp.broadcast_to(analysis.metric_values(
+            ctx.mets_g, getattr(st, mb.alg.weights)[:1, :1], f.nonzero), (len(f.mets), G, N))
+            for mb, st, G in zip(f.members, states, ctx.sizes)], axis=1)
+    else:
+        vals0 = _metric_values(f, ctx, states)
+    return (states, samp, dstep, seed_major(vals0)), _report(vals0, alive0, per_seed, exact_ties=True)
 
-    def metric_values(ctx, states):
-        """(M, G, N) metric values of the states (seed-major: (N, G, ...)).
 
-        Taken grid-major, on each weight's column turned (G, N), as before the
-        states were seed-major: taken on the seed-major weights directly, a
-        final value of one program form (fusion emitters, 8-point chunks) came
-        out 1 ulp apart from the others', which the bit-for-bit tests caught.
-        Turning the columns rather than the whole (N, G, k) array lets XLA:CPU
-        read them in the metric's loop (faster, the same bits)."""
-        w = [getattr(st, mb.alg.weights) for mb, st in zip(members, states)]
-        w = w[0] if len(w) == 1 else jnp.concatenate(w, axis=1)
-        return analysis.metric_values(ctx.mets_g, [w[..., i].T for i in range(w.shape[-1])], nonzero)
+def _step(f: Form, ctx: Context, carry, u):
+    """One step of every run: a transition per seed (and model), every update."""
+    states, samp = carry
+    if f.E == 1:
+        tr, samp = jax.vmap(lambda uu, s: f.step_fn(ctx.tables, uu, s))(u, samp)
+    else:
+        # Transitions seed-major, (N, E or G, ...) as the states; samplers (E or G, N).
+        tr, samp = jax.vmap(jax.vmap(lambda uu, s: f.step_fn(ctx.tables, uu, s)), in_axes=(None, 0),
+                            out_axes=(1, 0))(u, samp)
+        if f.per_model:  # (N, E) -> (N, G): each point its model's transition
+            tr = jax.tree_util.tree_map(lambda x: x[:, ctx.env_idx], tr)
+    # A uniform of this step: a number XLA cannot fold, as `sharing` needs.
+    with sharing(u.reshape(-1)[0]) if f.share else contextlib.nullcontext():
+        states = tuple(mb.update(st, tr, hp) for mb, st, hp in zip(f.members, states, ctx.hp_vals))
+    return (states, samp), None
 
-    def report(vals, keep, per_seed, exact_ties=False, count=None):
-        if per_seed:
-            return vals, keep
-        return log_point(vals, keep, exact_ties, count=count)
 
-    def start(ctx, per_seed):
-        N = ctx.N
-        u0 = jax.vmap(lambda key: jax.random.uniform(key, dtype=dtype))(ctx.init_keys)  # (N,)
-        states = []
-        if E == 1:
-            samp = jax.vmap(lambda u: sampling.init_state_from_uniform(ctx.tables, u))(u0)  # (N,)
-        else:
-            starts = jnp.arange(E, dtype=jnp.int32) if per_model else ctx.env_idx
-            samp = jax.vmap(lambda e: jax.vmap(lambda u: sampling.init_state_from_uniform(ctx.tables, u, e))(u0))(
-                starts)
-        for mb, G in zip(members, ctx.sizes):
-            if E == 1:
-                st0 = mb.alg.init(jnp.asarray(theta0[0].astype(dtype)))
-            else:
-                st0 = jax.vmap(mb.alg.init, out_axes=mb.axes)(jnp.asarray(theta0.astype(dtype))[ctx.env_idx])
-            # Batched leaves to (N, G, ...), seed-major (see `_member`): per point
-            # (E > 1) or one start for all (E = 1).
-            states.append(jax.tree_util.tree_map(
-                lambda x, ax: x if ax is None else (jnp.broadcast_to(x[None], (N, G) + x.shape[1:]) if E > 1
-                                                    else jnp.broadcast_to(x, (N, G) + x.shape)),
-                st0, mb.axes))
-        states = tuple(states)
-        dstep = jnp.full((sum(ctx.sizes), N), -1, jnp.int32)
-        alive0 = dstep < 0
-        if E == 1:  # one start for all: its metrics once (XLA folds them), broadcast
-            vals0 = jnp.concatenate([jnp.broadcast_to(analysis.metric_values(
-                ctx.mets_g, getattr(st, mb.alg.weights)[:1, :1], nonzero), (len(mets), G, N))
-                for mb, st, G in zip(members, states, ctx.sizes)], axis=1)
-        else:
-            vals0 = metric_values(ctx, states)
-        return (states, samp, dstep, seed_major(vals0)), report(vals0, alive0, per_seed, exact_ties=True)
+def _draw(f: Form, ctx: Context, j):
+    """(K, N, nu): log block j's uniforms, step axis first."""
+    return jnp.swapaxes(jax.vmap(lambda kk: block_uniforms(kk, j, f.K, f.nu, f.dtype))(ctx.stream_keys), 0, 1)
 
-    def step(ctx, carry, u):
-        states, samp = carry
-        if E == 1:
-            tr, samp = jax.vmap(lambda uu, s: step_fn(ctx.tables, uu, s))(u, samp)
-        else:
-            # Transitions seed-major, (N, E or G, ...) as the states; samplers (E or G, N).
-            tr, samp = jax.vmap(jax.vmap(lambda uu, s: step_fn(ctx.tables, uu, s)), in_axes=(None, 0),
-                                out_axes=(1, 0))(u, samp)
-            if per_model:  # (N, E) -> (N, G): each point its model's transition
-                tr = jax.tree_util.tree_map(lambda x: x[:, ctx.env_idx], tr)
-        # A uniform of this step: a number XLA cannot fold, as `sharing` needs.
-        with sharing(u.reshape(-1)[0]) if share else contextlib.nullcontext():
-            states = tuple(mb.update(st, tr, hp) for mb, st, hp in zip(members, states, ctx.hp_vals))
-        return (states, samp), None
 
-    def draw(ctx, j):
-        """(K, N, nu): log block j's uniforms, step axis first."""
-        return jnp.swapaxes(jax.vmap(lambda kk: block_uniforms(kk, j, K, nu, dtype))(ctx.stream_keys), 0, 1)
+def _block(f: Form, ctx: Context, carry, j, u, per_seed):
+    """Log block j: (states, samp, dstep) -> the same, its metric values, its report."""
+    states, samp, dstep = carry
+    if f.paired:
+        # The first step reads the block's start state and writes a new one, so
+        # the start state stays for the revert without the copy XLA makes of a
+        # while loop's input that is read after the loop.
+        (new, samp), _ = _step(f, ctx, (states, samp), u[0])
+        (new, samp), _ = jax.lax.scan(lambda c, uu: _step(f, ctx, c, uu), (new, samp), u[1:], unroll=UNROLL)
+    else:
+        (new, samp), _ = jax.lax.scan(lambda c, uu: _step(f, ctx, c, uu), (states, samp), u, unroll=UNROLL)
+    # Divergence is checked once per log block, not per step (a per-step
+    # check costs more than the update): a run that left the bound during
+    # the block is reverted to its state at the block's start, frozen there,
+    # and flagged with the block's last step.
+    alive = dstep < 0
+    oks = [run_ok(st, f.bound, mb.check_axes) for mb, st in zip(f.members, new)]  # (N, G) each
+    keep = alive & (oks[0] if len(oks) == 1 else jnp.concatenate(oks, axis=1)).T
+    count = alive_count(keep)  # the report's, and whether any run is not kept
+    # Reverting is a pass over the state, needed only where some run is not
+    # kept (diverged now or before: a diverged run stays frozen); in most
+    # sweeps most blocks have none. A run that diverges is flagged there too.
+    states, dstep = jax.lax.cond(
+        jnp.any(count < ctx.N),
+        lambda: (tuple(jax.tree_util.tree_map(
+            lambda n, o, ax: n if ax is None else jnp.where(_bcast(kp, n), n, o), nw, st, mb.axes)
+            for mb, nw, st, kp in zip(f.members, new, states, [k.T for k in _split(keep, ctx.sizes)])),
+            jnp.where(alive & ~keep, (j + 1) * f.K, dstep)),
+        lambda: (new, dstep))
+    if f.on_block is not None:
+        jax.lax.cond((j + 1) % f.report_every == 0, lambda: jax.debug.callback(f.on_block, j + 1),
+                     lambda: None)
+    vals = _metric_values(f, ctx, states)
+    return (states, samp, dstep), vals, _report(vals, keep, per_seed, count=count)
 
-    def block(ctx, carry, j, u, per_seed):
-        """Log block j: (states, samp, dstep) -> the same, its metric values, its report."""
-        states, samp, dstep = carry
-        if paired:
-            # The first step reads the block's start state and writes a new one, so
-            # the start state stays for the revert without the copy XLA makes of a
-            # while loop's input that is read after the loop.
-            (new, samp), _ = step(ctx, (states, samp), u[0])
-            (new, samp), _ = jax.lax.scan(lambda c, uu: step(ctx, c, uu), (new, samp), u[1:], unroll=UNROLL)
-        else:
-            (new, samp), _ = jax.lax.scan(lambda c, uu: step(ctx, c, uu), (states, samp), u, unroll=UNROLL)
-        # Divergence is checked once per log block, not per step (a per-step
-        # check costs more than the update): a run that left the bound during
-        # the block is reverted to its state at the block's start, frozen there,
-        # and flagged with the block's last step.
-        alive = dstep < 0
-        oks = [run_ok(st, bound, mb.check_axes) for mb, st in zip(members, new)]  # (N, G) each
-        keep = alive & (oks[0] if len(oks) == 1 else jnp.concatenate(oks, axis=1)).T
-        count = alive_count(keep)  # the report's, and whether any run is not kept
-        # Reverting is a pass over the state, needed only where some run is not
-        # kept (diverged now or before: a diverged run stays frozen); in most
-        # sweeps most blocks have none. A run that diverges is flagged there too.
-        states, dstep = jax.lax.cond(
-            jnp.any(count < ctx.N),
-            lambda: (tuple(jax.tree_util.tree_map(
-                lambda n, o, ax: n if ax is None else jnp.where(_bcast(kp, n), n, o), nw, st, mb.axes)
-                for mb, nw, st, kp in zip(members, new, states, [k.T for k in _split(keep, ctx.sizes)])),
-                jnp.where(alive & ~keep, (j + 1) * K, dstep)),
-            lambda: (new, dstep))
-        if on_block is not None:
-            jax.lax.cond((j + 1) % report_every == 0, lambda: jax.debug.callback(on_block, j + 1),
-                         lambda: None)
-        vals = metric_values(ctx, states)
-        return (states, samp, dstep), vals, report(vals, keep, per_seed, count=count)
 
-    def blocks(ctx, carry, js, per_seed):
-        def one(c, j):
-            *c, auc_sum = c
-            c, vals, y = block(ctx, c, j, draw(ctx, j), per_seed)
-            return (*c, auc_sum + seed_major(vals)), y
+def _blocks(f: Form, ctx: Context, carry, js, per_seed):
+    """The log blocks `js` in turn: (carry, their reports stacked)."""
+    def one(c, j):
+        *c, auc_sum = c
+        c, vals, y = _block(f, ctx, c, j, _draw(f, ctx, j), per_seed)
+        return (*c, auc_sum + seed_major(vals)), y
 
-        if not paired or js.shape[0] < 2:
-            return jax.lax.scan(one, carry, js)
+    if not f.paired or js.shape[0] < 2:
+        return jax.lax.scan(one, carry, js)
 
-        # Two log blocks an iteration: the state moves between two buffers and is
-        # back in the loop's own after the second, where a loop of single blocks
-        # copies it back after each. The two blocks' uniforms are drawn together,
-        # and their metric values join the areas' sums in one pass, added in turn.
-        # The sums are kept seed-major (M, N, G), the layout XLA:CPU computes the
-        # metric values in: summed grid-major, the pass read them across the seeds
-        # (slower; the same bits: the same additions in the same order).
-        def two(c, jj):
-            *c, auc_sum = c
-            u = jax.vmap(lambda j: draw(ctx, j))(jj)
-            c, v0, y0 = block(ctx, c, jj[0], u[0], per_seed)
-            c, v1, y1 = block(ctx, c, jj[1], u[1], per_seed)
-            return ((*c, auc_sum + seed_major(v0) + seed_major(v1)),
-                    jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), y0, y1))
+    # Two log blocks an iteration: the state moves between two buffers and is
+    # back in the loop's own after the second, where a loop of single blocks
+    # copies it back after each. The two blocks' uniforms are drawn together,
+    # and their metric values join the areas' sums in one pass, added in turn.
+    # The sums are kept seed-major (M, N, G), the layout XLA:CPU computes the
+    # metric values in: summed grid-major, the pass read them across the seeds
+    # (slower; the same bits: the same additions in the same order).
+    def two(c, jj):
+        *c, auc_sum = c
+        u = jax.vmap(lambda j: _draw(f, ctx, j))(jj)
+        c, v0, y0 = _block(f, ctx, c, jj[0], u[0], per_seed)
+        c, v1, y1 = _block(f, ctx, c, jj[1], u[1], per_seed)
+        return ((*c, auc_sum + seed_major(v0) + seed_major(v1)),
+                jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), y0, y1))
 
-        n = js.shape[0] // 2 * 2
-        carry, ys = jax.lax.scan(two, carry, js[:n].reshape(-1, 2))
-        ys = jax.tree_util.tree_map(lambda a: a.reshape((n,) + a.shape[2:]), ys)
-        if n < js.shape[0]:
-            carry, y = one(carry, js[n])
-            ys = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), ys, y)
-        return carry, ys
+    n = js.shape[0] // 2 * 2
+    carry, ys = jax.lax.scan(two, carry, js[:n].reshape(-1, 2))
+    ys = jax.tree_util.tree_map(lambda a: a.reshape((n,) + a.shape[2:]), ys)
+    if n < js.shape[0]:
+        carry, y = one(carry, js[n])
+        ys = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), ys, y)
+    return carry, ys
 
-    def finish(ctx, carry):
-        states, _, dstep, auc_sum = carry
-        auc_sum = seed_major(auc_sum)  # (M, N, G) -> (M, G, N)
-        vals = metric_values(ctx, states)
-        alive = jnp.broadcast_to((dstep < 0)[None], vals.shape)
-        final = jnp.where(alive, vals, jnp.nan)  # (M, G, N)
-        # Each seed's area under its curve: the mean over the logged points.
-        auc_seed = jnp.where(alive, auc_sum / (L + 1), jnp.nan)
-        return {"final": jnp.moveaxis(final, 1, 0), "auc_seed": jnp.moveaxis(auc_seed, 1, 0), "diverged_step": dstep}
 
-    return Kernel(setup, start, blocks, finish, tuple(mb.axes for mb in members))
+def _finish(f: Form, ctx: Context, carry):
+    """Per-seed finals, areas and divergence steps, the grid axis first."""
+    states, _, dstep, auc_sum = carry
+    auc_sum = seed_major(auc_sum)  # (M, N, G) -> (M, G, N)
+    vals = _metric_values(f, ctx, states)
+    alive = jnp.broadcast_to((dstep < 0)[None], vals.shape)
+    final = jnp.where(alive, vals, jnp.nan)  # (M, G, N)
+    # Each seed's area under its curve: the mean over the logged points.
+    auc_seed = jnp.where(alive, auc_sum / (f.L + 1), jnp.nan)
+    return {"final": jnp.moveaxis(final, 1, 0), "auc_seed": jnp.moveaxis(auc_seed, 1, 0), "diverged_step": dstep}
 
 
