@@ -31,6 +31,14 @@ LAZY_LOG_BYTES = 256 << 20  # logs above this are written to LOGS_DIR and load m
 LOG_LAYOUT = {"steps": "(L,)", "mean": "(G, M, L)", "std": "(G, M, L)", "sem": "(G, M, L)", "alive": "(G, L)"}
 
 
+def human(n: float) -> str:
+    """Bytes as a short decimal size: '7.8 GB', '512 MB'."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
 def log_path(out_dir: str, name: str) -> str:
     """The file of log array `name` of a result saved with its logs on disk."""
     return os.path.join(out_dir, LOGS_DIR, f"{name}.npy")
@@ -158,7 +166,7 @@ def map_logs(path: str) -> np.memmap:
     except (OSError, MemoryError) as e:
         if isinstance(e, OSError) and e.errno != errno.ENOMEM:
             raise
-        raise ValueError(f"logs: cannot map {path!r} ({os.path.getsize(path) / 1e6:.1f} MB) into memory: "
+        raise ValueError(f"logs: cannot map {path!r} ({human(os.path.getsize(path))}) into memory: "
                          "the address space left is too small; raise its limit (ulimit -v), or read the result "
                          "where more address space is allowed") from None
 

@@ -48,6 +48,7 @@ import numpy as np
 
 from bec_jax import files, sampling
 from bec_jax.engine.layout import state_axes
+from bec_jax.files import human
 
 DEFAULT_BUDGET = 2 << 30        # bytes one compiled call may use by default
 STATE_COPIES = 6                # live copies of the learner state in the scan
@@ -73,14 +74,6 @@ class OutOfMemory(TooLarge):
     def __init__(self, message: str, chunk: int | None = None):
         super().__init__(message)
         self.chunk = chunk
-
-
-def human(n: float) -> str:
-    """Bytes as a short decimal size: '7.8 GB', '512 MB'."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def parse_size(text) -> int:
