@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bec_jax import files
-from bec_jax.files import (  # noqa: F401  NpyFile, copy_rows, read_meta: importers not yet moved to files
+# NpyFile is imported here only for bec_jax.sweep, which takes it from results (until it imports files).
+from bec_jax.files import (  # noqa: F401
     CURVES_FILE,
     GRID_PREFIX,
     LOG_LAYOUT,
@@ -37,11 +38,10 @@ from bec_jax.files import (  # noqa: F401  NpyFile, copy_rows, read_meta: import
     map_logs,
     maps_file,
     open_log,
-    read_meta,
     write_json,
 )
 from bec_jax.spec import SweepSpec
-from bec_jax.stats import t_interval, t_quantile  # noqa: F401  t_interval: importers not yet moved to stats
+from bec_jax.stats import t_interval, t_quantile
 
 
 def import_pandas():
