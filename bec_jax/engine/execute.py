@@ -302,6 +302,113 @@ def _carry_placer(progs: dict, devices) -> Callable:
     return lambda carry: jax.device_put(carry, progs["carry_sharding"](carry))
 
 
+class _Layout(NamedTuple):
+    """How each chunk runs (see `run_chunks`): in one call, or in segments of
+    `blocks` log blocks and seed chunks of `seeds` from each of `ranges`, the
+    seeds split over the devices when `by_seed`."""
+
+    segmented: bool
+    seeds: int
+    blocks: int
+    ranges: list
+    by_seed: bool
+
+
+def _layout(spec, engine, devices, seeds_per_call: int | None, blocks_per_segment: int | None) -> _Layout:
+    """The layout `run_chunks` runs `spec`'s chunks in; refuses one it cannot."""
+    L = spec.steps // spec.log_every if engine is None else 0
+    seeds = min(seeds_per_call or spec.seeds, spec.seeds)
+    blocks = min(blocks_per_segment or L, L) if L else 0
+    segmented = engine is None and (seeds < spec.seeds or blocks < L)
+    if segmented and jax.process_count() > 1:
+        raise ValueError("seeds: a run in time segments or seed chunks does not support jax.distributed yet; "
+                         "raise --memory-budget (or give fewer seeds or steps) so it runs in one call per chunk")
+    ranges = list(range(0, spec.seeds, seeds)) if segmented else [0]
+    # A seed chunk splits its seeds, not the grid, over the devices.
+    by_seed = segmented and seeds < spec.seeds and len(devices) > 1
+    if by_seed and seeds % len(devices):
+        raise ValueError(f"seed_chunk: must be a multiple of the {len(devices)} devices, got {seeds}")
+    return _Layout(segmented, seeds, blocks, ranges, by_seed)
+
+
+class _SegmentLine:
+    """The progress line of a segmented run, one a segment (at most one a second),
+    shown by process 0 once the run has taken 2 s (or always with `progress`):
+    a long chunk shows it is alive and when it will end, estimated from this
+    process's pace (a resumed chunk starts part way). Passes each segment on to
+    `on_segment`."""
+
+    def __init__(self, progress, on_segment, t_start: float, todo: int, done: int, total: int):
+        self.progress, self.on_segment, self.t_start = progress, on_segment, t_start
+        self.todo, self.done, self.total = todo, done, total
+        self.n, self.shown, self.last, self.since = 0, False, 0.0, None
+
+    def __call__(self, i, blocks_done, blocks, checkpoint):
+        """Segment `blocks_done` of `blocks` of chunk i has finished."""
+        now = time.perf_counter()
+        if self.since is None or self.since[0] != i:
+            self.since = (i, blocks_done, now)
+        el = now - self.t_start
+        if (jax.process_index() == 0 and self.progress is not False and (self.progress or el > 2.0)
+                and now - self.last >= 1.0):
+            _, b0, t0 = self.since
+            rate = (blocks_done - b0) / (now - t0) if blocks_done > b0 and now > t0 else None
+            left = (blocks - blocks_done) / rate if rate else None
+            chunks_left = self.todo - self.n - 1
+            sys.stderr.write(f"\r[bec-jax] chunk {self.done + self.n + 1}/{self.total}  log block "
+                             f"{blocks_done}/{blocks}  {el:6.1f}s elapsed"
+                             + (f"  ~{left:6.1f}s left in this chunk" if left is not None else "")
+                             + (f" ({chunks_left} more chunks)" if chunks_left else ""))
+            sys.stderr.flush()
+            self.shown, self.last = True, now
+        if self.on_segment is not None:
+            self.on_segment(i, blocks_done, blocks, checkpoint)
+
+
+def _compile(spec, group: Group, c: Chunk, devices, opts, lay: _Layout, make_program, chunk_grid, memo,
+             bar) -> tuple:
+    """(exe, placements, grid placed, programs compiled) for chunk `c`'s shape:
+    the kept program under `memo` if any (grid None: not placed yet), else
+    compiled now and kept."""
+    size = len(c.indices)
+    hit = memo_get(memo)
+    if hit is not None:
+        return (*hit, None, 0)
+    if lay.segmented:
+        mesh = segment_mesh(devices, size, lay.by_seed)
+    else:
+        program = make_program(spec, group, size, devices, on_block=bar, fast=tuning.fast_program(opts))
+        mesh = program.mesh
+    placed = placements(mesh, devices[0], lay.by_seed)
+    seed_dev = place(np.uint32(spec.seed), placed[0])
+    grid = {k: place(v, placed[1]) for k, v in chunk_grid(spec, group, c).items()}
+    if lay.segmented:
+        exe, made = _segment_programs(spec, group, size, devices, lay.seeds, lay.blocks, seed_dev, grid, opts)
+    else:
+        exe, made = program.fn.lower(seed_dev, grid).compile(opts or None), 1
+    memo_put(memo, (exe, placed))
+    return exe, placed, grid, made
+
+
+def _run_chunk(spec, exe, c: Chunk, seed_dev, grid, i: int, n_chunks: int, lay: _Layout, outputs, seg_line,
+               devices, timing: dict) -> dict:
+    """Chunk i's outputs (its real points); a device out-of-memory error becomes
+    `memory.OutOfMemory`, one line."""
+    try:
+        if lay.segmented:
+            return _run_segmented(spec, exe, c, seed_dev, grid, i, outputs, seg_line, lay.ranges,
+                                  _carry_placer(exe, devices), timing)
+        out = fetch(call(exe, seed_dev, grid))
+        return {name: np.asarray(arr)[: c.n] for name, arr in out.items()}
+    except jax.errors.JaxRuntimeError as e:
+        if not _is_oom(e):
+            raise
+        raise memory.OutOfMemory(
+            f"memory: the device ran out of memory in chunk {i + 1} of {n_chunks} ({c.n} grid points x "
+            f"{lay.seeds} seeds per call; another process may hold memory); use a smaller "
+            "--memory-budget, fewer seeds or a smaller --chunk-size", chunk=i) from None
+
+
 def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], devices, *,
                done: dict | None = None, only=None, compiler_options: dict | None = None,
                on_chunk: Callable | None = None, progress: bool | None = None, engine=None,
@@ -325,115 +432,52 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     make_program = engine.make_program if engine is not None else programs.make_program
     chunk_grid = engine.chunk_grid if engine is not None else plan.chunk_grid
     kind = engine.__name__ if engine is not None else "prediction"
-    L = spec.steps // spec.log_every if engine is None else 0
-    seeds_per_call = min(seeds_per_call or spec.seeds, spec.seeds)
-    blocks_per_segment = min(blocks_per_segment or L, L) if L else 0
-    segmented = engine is None and (seeds_per_call < spec.seeds or blocks_per_segment < L)
-    if segmented and jax.process_count() > 1:
-        raise ValueError("seeds: a run in time segments or seed chunks does not support jax.distributed yet; "
-                         "raise --memory-budget (or give fewer seeds or steps) so it runs in one call per chunk")
+    lay = _layout(spec, engine, devices, seeds_per_call, blocks_per_segment)
     outputs = outputs if outputs is not None else MemoryOutputs()
-    ranges = list(range(0, spec.seeds, seeds_per_call)) if segmented else [0]
-    # A seed chunk splits its seeds, not the grid, over the devices.
-    by_seed = segmented and seeds_per_call < spec.seeds and len(devices) > 1
-    if by_seed and seeds_per_call % len(devices):
-        raise ValueError(f"seed_chunk: must be a multiple of the {len(devices)} devices, got {seeds_per_call}")
     timing = {"run": 0.0}
     done = dict(done or {})
     _check_done(done, chunks)
     todo = [i for i in range(len(chunks)) if i not in done and (only is None or i in only)]
     results = dict(done)
-    seed = np.uint32(spec.seed)
-    compiled: dict[tuple, Callable] = {}
+    compiled: dict[tuple, tuple] = {}
     compile_time, t_run, shown, n_compiled = 0.0, 0.0, False, 0
     t_start = time.perf_counter()
     bar = None
-    if todo and engine is None and not segmented and _want_block_progress(progress):
+    if todo and engine is None and not lay.segmented and _want_block_progress(progress):
         local = [d for d in devices if d.process_index == jax.process_index()]
         bar = BlockProgress(spec, len(todo), len(chunks), len(local) if len(devices) > 1 else 1,
                             show=jax.process_index() == 0)
-    state = {"n": 0, "shown": False, "last": 0.0, "since": None}
-
-    def seg_progress(i, blocks_done, blocks, checkpoint):
-        # A line per segment (at most one a second): a long chunk shows it is alive
-        # and when it will end (estimated from this process's pace: a resumed
-        # chunk starts part way).
-        now = time.perf_counter()
-        if state["since"] is None or state["since"][0] != i:
-            state["since"] = (i, blocks_done, now)
-        el = now - t_start
-        if (jax.process_index() == 0 and progress is not False and (progress or el > 2.0)
-                and now - state["last"] >= 1.0):
-            _, b0, t0 = state["since"]
-            rate = (blocks_done - b0) / (now - t0) if blocks_done > b0 and now > t0 else None
-            left = (blocks - blocks_done) / rate if rate else None
-            chunks_left = len(todo) - state["n"] - 1
-            sys.stderr.write(f"\r[bec-jax] chunk {len(done) + state['n'] + 1}/{len(chunks)}  log block "
-                             f"{blocks_done}/{blocks}  {el:6.1f}s elapsed"
-                             + (f"  ~{left:6.1f}s left in this chunk" if left is not None else "")
-                             + (f" ({chunks_left} more chunks)" if chunks_left else ""))
-            sys.stderr.flush()
-            state["shown"], state["last"] = True, now
-        if on_segment is not None:
-            on_segment(i, blocks_done, blocks, checkpoint)
-
+    seg_line = _SegmentLine(progress, on_segment, t_start, len(todo), len(done), len(chunks))
     try:
         for n, i in enumerate(todo):
-            state["n"] = n
+            seg_line.n = n
             if bar is not None:
                 bar.chunk(i)
             c = chunks[i]
-            c = c._replace(indices=pad(c.indices, 1 if by_seed else len(devices)))
-            size = len(c.indices)
-            key = (c.group, size)
+            c = c._replace(indices=pad(c.indices, 1 if lay.by_seed else len(devices)))
+            key = (c.group, len(c.indices))
             grid = None
             if key not in compiled:  # this run's first chunk of this shape
                 t = time.perf_counter()
                 opts = compiler_options if compiler_options is not None else \
                     default_compiler_options(spec, devices[0].platform, groups[c.group])
-                memo = None if bar is not None else memo_key(spec, groups[c.group], size, devices, opts, kind)
-                if memo is not None and segmented:
-                    memo += ("segmented", seeds_per_call, blocks_per_segment)
-                hit = memo_get(memo)
-                if hit is None:
-                    if segmented:
-                        mesh = segment_mesh(devices, size, by_seed)
-                    else:
-                        program = make_program(spec, groups[c.group], size, devices, on_block=bar,
-                                               fast=tuning.fast_program(opts))
-                        mesh = program.mesh
-                    placed = placements(mesh, devices[0], by_seed)
-                    seed_dev = place(seed, placed[0])
-                    grid = {k: place(v, placed[1]) for k, v in chunk_grid(spec, groups[c.group], c).items()}
-                    if segmented:
-                        exe, made = _segment_programs(spec, groups[c.group], size, devices, seeds_per_call,
-                                                      blocks_per_segment, seed_dev, grid, opts)
-                    else:
-                        exe, made = program.fn.lower(seed_dev, grid).compile(opts or None), 1
-                    hit = (exe, placed)
+                memo = None if bar is not None else memo_key(spec, groups[c.group], len(c.indices), devices, opts,
+                                                             kind)
+                if memo is not None and lay.segmented:
+                    memo += ("segmented", lay.seeds, lay.blocks)
+                exe, placed, grid, made = _compile(spec, groups[c.group], c, devices, opts, lay, make_program,
+                                                   chunk_grid, memo, bar)
+                if made:
                     compile_time += time.perf_counter() - t
                     n_compiled += made
-                    memo_put(memo, hit)
                 # The seed is placed per run: a memoised program may come from another seed's run.
-                compiled[key] = (*hit, place(seed, hit[1][0]))
+                compiled[key] = (exe, placed, place(np.uint32(spec.seed), placed[0]))
             exe, placed, seed_dev = compiled[key]
             if grid is None:
                 grid = {k: place(v, placed[1]) for k, v in chunk_grid(spec, groups[c.group], c).items()}
             t = time.perf_counter()
-            try:
-                if segmented:
-                    results[i] = _run_segmented(spec, exe, c, seed_dev, grid, i, outputs, seg_progress, ranges,
-                                                _carry_placer(exe, devices), timing)
-                else:
-                    out = fetch(call(exe, seed_dev, grid))
-                    results[i] = {name: np.asarray(arr)[: c.n] for name, arr in out.items()}
-            except jax.errors.JaxRuntimeError as e:
-                if not _is_oom(e):
-                    raise
-                raise memory.OutOfMemory(
-                    f"memory: the device ran out of memory in chunk {i + 1} of {len(chunks)} ({c.n} grid points x "
-                    f"{seeds_per_call} seeds per call; another process may hold memory); use a smaller "
-                    "--memory-budget, fewer seeds or a smaller --chunk-size", chunk=i) from None
+            results[i] = _run_chunk(spec, exe, c, seed_dev, grid, i, len(chunks), lay, outputs, seg_line, devices,
+                                    timing)
             t_run += time.perf_counter() - t
             if bar is not None:
                 bar.end_chunk()
@@ -446,7 +490,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     finally:
         if bar is not None:
             bar.close()
-        if shown or state["shown"]:  # end an unfinished progress line before anyone else writes
+        if shown or seg_line.shown:  # end an unfinished progress line before anyone else writes
             sys.stderr.write("\n")
             sys.stderr.flush()
     if timing.get("nan"):
@@ -454,5 +498,3 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                       "no run; these statistics are not trustworthy", RuntimeWarning, stacklevel=3)
     computed = sum(chunks[i].n for i in todo)
     return ChunkRun(results, compile_time, t_run, n_compiled, computed)
-
-
