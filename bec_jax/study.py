@@ -36,6 +36,9 @@ import os
 import re
 from dataclasses import dataclass
 
+import jax
+
+from bec_jax import runner, sweep
 from bec_jax.files import CURVES_FILE, META_FILE, STUDY_FILE, write_json
 from bec_jax.results import SweepResult, import_pandas
 from bec_jax.spec import SweepSpec, read_toml
@@ -159,7 +162,6 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     `part=(K, N)` (or "K/N") computes only the K-th of N disjoint parts of every
     sweep's chunks into `out`, which N independent processes share (see
     `runner.run_to_dir`), and returns {}; a final `resume=True` run assembles."""
-    from bec_jax import runner, sweep
     if resume and overwrite:
         raise runner.RunError("resume: --resume continues the study in --out, --overwrite starts over; give one")
     old = saved(out)
@@ -240,9 +242,6 @@ def _together(study: Study, finished: dict, partial: dict, run_kwargs: dict) -> 
     left to run that `sweep.run_many` would run together: only in one process,
     with the default layout (no chunk size, devices or memory budget given)
     and never for a sweep an interrupted run left chunks of."""
-    import jax
-
-    from bec_jax import sweep
     if jax.process_count() > 1 or {k for k, v in run_kwargs.items() if v is not None} - {"progress"}:
         return {}
     todo = [(n, s) for n, s in study.sweeps if not finished[n] and not partial[n]]
@@ -255,7 +254,6 @@ def _together(study: Study, finished: dict, partial: dict, run_kwargs: dict) -> 
 
 
 def _run_part(study, out, part, old, resume, overwrite, confirm_seeds, stop, log, run_kwargs) -> dict:
-    from bec_jax import runner
     k, n = part
     if resume or overwrite or confirm_seeds:
         raise runner.RunError("chunks: a part only computes its share of the chunks; run it without --resume, "

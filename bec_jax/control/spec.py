@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from bec_jax.control import algorithms, tasks
 from bec_jax.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
 KIND = "control"
@@ -68,7 +69,6 @@ class ControlSpec:
     reward_shift: float = 0.0
 
     def __post_init__(self):
-        from bec_jax.control import algorithms, tasks
         if not isinstance(self.task, str) or self.task not in tasks.names():
             raise ValueError(f"task: unknown task {self.task!r}; known: {', '.join(tasks.names())}")
         if not isinstance(self.task_params, dict):
@@ -130,12 +130,10 @@ class ControlSpec:
     @property
     def algorithm_def(self):
         """The `Algorithm` descriptor."""
-        from bec_jax.control import algorithms
         return algorithms.get(self.algorithm)
 
     @functools.cached_property
     def _task(self):
-        from bec_jax.control import tasks
         return tasks.make(self.task, **self.task_params)
 
     def make_task(self):
