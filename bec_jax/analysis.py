@@ -28,7 +28,8 @@ near the minimum). `metric_values` is the evaluator the sweep program uses.
 
 The metrics are a registry: `register_metric(name, build, doc)` adds one, where
 `build(env)` gives W, and returns its value function `f(env, theta)`;
-`metric_names()` lists them (a sweep's `metrics` may name any of them) and
+`metric_names()` lists them (a sweep's `metrics` may name any of them, or a
+`MetricDef` of the user's own as `package.module:attribute`) and
 `metric(env, name)` builds one, compressed.
 """
 from __future__ import annotations
@@ -562,17 +563,26 @@ def metric_names() -> list[str]:
     return list(METRIC_REGISTRY)
 
 
-def metric_def(name: str) -> MetricDef:
-    """The registered metric `name`; `ValueError` lists the known names."""
-    if name not in METRIC_REGISTRY:
-        raise ValueError(f"metric: unknown metric {name!r}; known: {', '.join(METRIC_REGISTRY)}")
-    return METRIC_REGISTRY[name]
+def metric_def(ref: str, field: str = "metric") -> MetricDef:
+    """The metric `ref` names: a registered name, or a `package.module:attribute`
+    reference to a `MetricDef` (imported, not registered). `ValueError` naming
+    `field` lists the known names."""
+    if ref in METRIC_REGISTRY:
+        return METRIC_REGISTRY[ref]
+    if isinstance(ref, str) and ":" in ref:
+        found = algorithms_lib.import_attribute(ref, field)
+        if not isinstance(found, MetricDef):
+            raise ValueError(f"{field}: {ref!r} is a {type(found).__name__}, not a bec_jax analysis.MetricDef")
+        return found
+    raise ValueError(f"{field}: unknown metric {ref!r}; known: {', '.join(METRIC_REGISTRY)} "
+                     "(or package.module:attribute for your own)")
 
 
 def metric(env: FiniteMDP, name: str) -> Metric:
     """The closed-form metric `name` of `env` (float64): its affine map,
-    compressed (see `Metric`). `metric_names()` lists them; `metric_def(name).doc`
-    says what each measures."""
+    compressed (see `Metric`). `name` is registered or a `package.module:attribute`
+    reference; `metric_names()` lists the registered ones, and
+    `metric_def(name).doc` says what each measures."""
     return _compress(metric_def(name).build(env))
 
 

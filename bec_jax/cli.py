@@ -658,7 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--p-zeta", type=_float("schedule.p_zeta"), help="default 0.8")
     r.add_argument("--metrics", type=_names,
                    help="comma-separated: " + _listing(analysis.metric_names(), _default(SweepSpec, "metrics")[0],
-                                                       None))
+                                                       None) + " or package.module:attribute")
     r.add_argument("--dtype", help="float32 (default) or float64")
     r.add_argument("--seed", type=_int("seed"), help="default 0")
     r.add_argument("--divergence-bound", type=_float("divergence_bound"), help="default 1e6")

@@ -317,8 +317,9 @@ class SweepSpec:
         if not self.metrics:
             raise ValueError(f"metrics: give at least one of {', '.join(known)}")
         for m in self.metrics:
-            if not isinstance(m, str) or m not in known:
+            if not isinstance(m, str) or not m:
                 raise ValueError(f"metrics: unknown metric {m!r}; known: {', '.join(known)}")
+            analysis.metric_def(m, "metrics")  # a registered name or package.module:attribute, imported now
         if len(set(self.metrics)) != len(self.metrics):
             raise ValueError(f"metrics: each metric at most once, got {list(self.metrics)}")
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:

@@ -581,3 +581,22 @@ def test_metric_registry_lists_refuses_and_documents(all_envs):
     with pytest.raises(ValueError, match="unknown metric 'nope'; known: rmscbe, rmspcbe"):
         analysis.metric_def("nope")
     assert analysis.metric_names() == list(analysis.METRICS)
+
+
+def test_a_metric_of_ones_own_module_by_reference(tmp_path, monkeypatch):
+    from bec_jax import sweep
+    from bec_jax.spec import SweepSpec
+    (tmp_path / "my_metrics_test.py").write_text(
+        "import numpy as np\nfrom bec_jax import analysis\n"
+        "HALF = analysis.MetricDef('half', 'One half, whatever theta.', "
+        "lambda env: np.hstack([np.zeros((1, env.num_features)), [[0.5]]]))\nNOT_ONE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = SweepSpec(env="two_state", algorithm="td", alpha=(0.01,), steps=30, seeds=2, log_every=10,
+                     metrics=("rmsve", "my_metrics_test:HALF"))
+    r = sweep.run(spec, progress=False, devices=jax.devices()[:1])
+    assert (r.mean[1] == 0.5).all() and r.metrics[1] == "my_metrics_test:HALF"
+    assert "my_metrics_test:HALF" not in analysis.metric_names()  # imported, not registered
+    with pytest.raises(ValueError, match=r"^metrics: 'my_metrics_test:NOT_ONE' is a int, not a bec_jax"):
+        SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), metrics=("my_metrics_test:NOT_ONE",))
+    with pytest.raises(ValueError, match=r"^metrics: cannot import 'no_such_module_test'"):
+        SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), metrics=("no_such_module_test:X",))
