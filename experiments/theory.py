@@ -33,6 +33,7 @@ import numpy as np
 
 from bec_jax import algorithms, analysis, envs
 from bec_jax import mdp as mdp_lib
+from bec_jax.experiments.grids import PAPER
 
 ENVIRONMENTS = ("two_state", "boyan_chain", "baird")
 RANK_TOL = 1e-10        # relative (to the largest singular value) rank tolerance
@@ -127,7 +128,6 @@ def _largest_real_eigenvalue(ev: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- 1. the determinant
 
 def _paper_grid(env_name: str) -> dict | None:
-    from bec_jax.experiments.paper import PAPER  # lazy: paper.py pulls in matplotlib
     g = PAPER.get(env_name)
     return None if g is None else {n: tuple(g[n]) for n in ("alpha", "beta", "zeta")}
 
@@ -143,7 +143,7 @@ def ctdc_determinant(env_name: str = "two_state", grid: dict | None = None, samp
     sampled points: `scaling_max_abs_diff`). For an odd order n and det(G1) > 0,
     det(D G1) > 0 and D G1 has a positive real eigenvalue for every positive step
     size: checked at every point of `grid` (default: the reproduction's grid for
-    this environment, `experiments.paper.PAPER`) and at `samples` log-uniform points
+    this environment, `experiments.grids.PAPER`) and at `samples` log-uniform points
     of [1e-5, 1]^3. Also reports G1's eigenvalues as an ODE (max real part, number
     of ~zero eigenvalues), which is what matters where det(G1) = 0 (Boyan, Baird).
     """
