@@ -682,7 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("control", help="run one control sweep (epsilon-greedy agents on a control task)",
                        allow_abbrev=False)
     c.add_argument("--config", help="TOML file with the control spec's fields")
-    c.add_argument("--task", help=_listing(control_tasks.names()))
+    c.add_argument("--task", help=f"{_listing(control_tasks.names(), last=None)} or package.module:function")
     c.add_argument("--task-param", action="append", type=_env_param, metavar="NAME=VALUE",
                    help="a task parameter, e.g. num_tilings=5 (repeatable)")
     c.add_argument("--algorithm", help=f"{_listing(control_algorithms.names(), last=None)} or "

@@ -129,5 +129,5 @@ def test_help_lists_the_registries(capsys):
     assert "rmscbe (default), rmspcbe," in run_help and "fixpoint_distance, help_metric_test" in run_help
     assert "markov (default) or iid" in run_help and "constant (default) or robbins_monro" in run_help
     assert "boyan_chain (default)" in run_help and "ctd (default)" in run_help
-    assert "acrobot, cliff_walking, help_task_test, maze or mountain_car" in control_help
+    assert "acrobot, cliff_walking, help_task_test, maze, mountain_car or package.module:function" in control_help
     assert "rcq_value, help_alg_test or package.module:attribute" in control_help

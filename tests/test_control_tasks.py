@@ -526,6 +526,31 @@ def test_tasks_register_where_defined_and_users_register_theirs():
         tasks.TASKS.pop("small_maze_test2", None)
     assert tasks.names() == ["acrobot", "cliff_walking", "maze", "mountain_car"]
 
+
+def test_a_task_of_ones_own_module_by_reference(tmp_path, monkeypatch):
+    from bec_jax.control import sweep
+    from bec_jax.control.spec import ControlSpec
+    (tmp_path / "my_tasks_test.py").write_text(
+        "from bec_jax.control import tasks\n"
+        "def short_cliff(*, gamma=1.0, max_episode_steps=30):\n"
+        "    return tasks.cliff_walking(gamma=gamma, max_episode_steps=max_episode_steps)\n"
+        "NOT_ONE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = tasks.make("my_tasks_test:short_cliff", gamma=0.9)
+    assert (env.gamma, env.max_episode_steps) == (0.9, 30) and "my_tasks_test:short_cliff" not in tasks.names()
+    with pytest.raises(ValueError, match="bins: not a parameter of my_tasks_test:short_cliff"):
+        tasks.make("my_tasks_test:short_cliff", bins=3)
+    with pytest.raises(ValueError, match="task: 'my_tasks_test:NOT_ONE' is a int, not a task factory"):
+        ControlSpec(task="my_tasks_test:NOT_ONE", algorithm="q", hyperparameters={"alpha": [0.1]})
+    # It runs as the registered task with the same parameters does, bit for bit.
+    kw = dict(algorithm="q", hyperparameters={"alpha": [0.1]}, seeds=2, episodes=4)
+    a = sweep.run(ControlSpec(task="my_tasks_test:short_cliff", **kw), progress=False)
+    b = sweep.run(ControlSpec(task="cliff_walking", task_params={"gamma": 1.0, "max_episode_steps": 30}, **kw),
+                  progress=False)
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    np.testing.assert_array_equal(a.returns, b.returns)
+
+
 def test_tiled_task_parameters():
     pytest.importorskip("gymnax")
     env = tasks.make("mountain_car", num_tilings=3, bins=(10, 8))

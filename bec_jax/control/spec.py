@@ -26,8 +26,9 @@ class ControlSpec:
     """What a control sweep runs.
 
     Attributes:
-      task: a task of `bec_jax.control.tasks` (cliff_walking, maze, mountain_car,
-        acrobot). task_params: its parameters (e.g. num_tilings, bins).
+      task: a registered task (`bec_jax.control.tasks.names()`) or a factory of
+        the user's own as package.module:function. task_params: its parameters
+        (e.g. num_tilings, bins).
       algorithm: a control algorithm (`bec_jax.control.algorithms.names()`).
       hyperparameters: {name: value or list of values}; the grid is their
         cartesian product in the algorithm's declared order.
@@ -69,8 +70,9 @@ class ControlSpec:
     reward_shift: float = 0.0
 
     def __post_init__(self):
-        if not isinstance(self.task, str) or self.task not in tasks.names():
+        if not isinstance(self.task, str):
             raise ValueError(f"task: unknown task {self.task!r}; known: {', '.join(tasks.names())}")
+        tasks.factory(self.task)  # a registered name or package.module:function, imported now
         if not isinstance(self.task_params, dict):
             raise ValueError(f"task_params: expected a table of parameters, got {self.task_params!r}")
         alg = algorithms.get(self.algorithm)

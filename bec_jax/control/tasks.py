@@ -74,6 +74,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bec_jax.algorithms import import_attribute
 from bec_jax.control import tiles
 
 GAMMA = 0.99
@@ -163,6 +164,21 @@ def register(name: str, factory: Callable[..., ControlEnv] | None = None, *, rep
 def names() -> list[str]:
     """The task names, sorted."""
     return sorted(TASKS)
+
+
+def factory(ref: str) -> Callable[..., ControlEnv]:
+    """The factory `ref` names: a registered name, or a `package.module:function`
+    reference (imported, not registered); `ValueError` naming `task` lists the
+    known names."""
+    if isinstance(ref, str) and ref in TASKS:
+        return TASKS[ref]
+    if isinstance(ref, str) and ":" in ref:
+        found = import_attribute(ref, "task")
+        if not callable(found):
+            raise ValueError(f"task: {ref!r} is a {type(found).__name__}, not a task factory")
+        return found
+    raise ValueError(f"task: unknown control task {ref!r}; known: {', '.join(names())} "
+                     "(or package.module:function for your own)")
 
 
 # ----------------------------------------------------------------- validation
@@ -389,17 +405,16 @@ def acrobot(*, gamma=GAMMA, max_episode_steps=500, num_tilings=5, bins=5) -> Con
 # ------------------------------------------------------------------ making a task
 
 def make(name: str, **params) -> ControlEnv:
-    """The task `name` with its parameters; `ValueError` naming the field for an
-    unknown task or parameter or a bad value."""
-    if not isinstance(name, str) or name not in TASKS:
-        raise ValueError(f"task: unknown control task {name!r}; known: {', '.join(names())}")
-    factory = TASKS[name]
-    allowed = list(inspect.signature(factory).parameters)
+    """The task `name` (registered, or `package.module:function`) with its
+    parameters; `ValueError` naming the field for an unknown task or parameter
+    or a bad value."""
+    make_env = factory(name)
+    allowed = list(inspect.signature(make_env).parameters)
     for key in params:
         if key not in allowed:
             raise ValueError(f"{key}: not a parameter of {name}; allowed: {', '.join(allowed)}")
-    return factory(**params)
+    return make_env(**params)
 
 
-__all__ = ["MAZE_MAP", "TASKS", "ControlEnv", "acrobot", "cliff_walking", "cliff_walking_tables", "make",
-           "maze", "maze_tables", "mountain_car", "names", "register", "tiling"]
+__all__ = ["MAZE_MAP", "TASKS", "ControlEnv", "acrobot", "cliff_walking", "cliff_walking_tables", "factory",
+           "make", "maze", "maze_tables", "mountain_car", "names", "register", "tiling"]
