@@ -48,7 +48,7 @@ number of episodes, over blocks of `log_every` steps inside the program (the
 purejaxrl way: per-step done flags and running returns). A block's mean is its
 sum / count (NaN if none finished). The table's "final" return of a seed is the
 mean over all episodes finished in the last 10% of the steps; 95% Student-t
-intervals over seeds (`bec_jax.results.t_interval`).
+intervals over seeds (`bec_jax.stats.t_interval`).
 """
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ import numpy as np
 import optax
 
 from bec_jax import centering
-from bec_jax.results import atomic_write, csv_text, t_interval, write_json
+from bec_jax.files import atomic_write, csv_text, write_json
+from bec_jax.stats import t_interval
 
 VARIANTS = ("plain", "centered", "shift")
 LOGS = ("return_sum", "episodes", "omega", "value", "delta", "delta_terminal", "terminations", "reward")

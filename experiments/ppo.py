@@ -59,7 +59,7 @@ episode finished during a rollout is summed, with the count of such episodes, pe
 update inside the program. A seed's FINAL score is the mean return of all
 episodes it finished in the last 10% of the updates (sum of returns / number of
 episodes). Tables give the mean over seeds and the 95% Student-t interval
-(`bec_jax.results.t_interval`). Curves: per seed, episodes finished in blocks of
+(`bec_jax.stats.t_interval`). Curves: per seed, episodes finished in blocks of
 updates (sum / count), 95% t band over seeds.
 
 Outputs in `--out`: table.csv, table.md, curves.npz (per task and variant: the
@@ -86,7 +86,8 @@ import optax
 
 from bec_jax import centering, watchdog
 from bec_jax.centered_values import centered_truncated_generalized_advantage_estimation
-from bec_jax.results import atomic_write, csv_text, t_interval, write_json
+from bec_jax.files import atomic_write, csv_text, write_json
+from bec_jax.stats import t_interval
 
 VARIANTS = ("plain", "centered", "centered_terminal", "shift")
 TASKS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0")
