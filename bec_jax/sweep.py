@@ -47,7 +47,7 @@ from bec_jax.engine.programs import (Program, SegmentPrograms, make_joint_progra
                                      make_segment_programs, split_joint)
 from bec_jax.engine.streams import seed_keys, seed_transitions
 from bec_jax.engine.tuning import (CPU_COMPILER_OPTIONS, CPU_LIGHT_OPTIONS, LIGHT_COMPILE_UPDATES, clear_compiled,
-                                   default_compiler_options, fast_program, memo_get, memo_key, memo_put)
+                                   KernelForm, choose_form, memo_get, memo_key, memo_put)
 from bec_jax.mdp import fingerprint
 from bec_jax.results import NpyFile, SweepResult, copy_rows
 from bec_jax.spec import SweepSpec
@@ -59,8 +59,8 @@ __all__ = [
     "Group", "Chunk", "plan_groups", "plan_chunk", "plan", "num_chunks", "chunk_grid",
     "seed_keys", "seed_transitions",
     "Program", "SegmentPrograms", "make_program", "make_joint_program", "split_joint", "make_segment_programs",
-    "CPU_COMPILER_OPTIONS", "CPU_LIGHT_OPTIONS", "LIGHT_COMPILE_UPDATES", "default_compiler_options",
-    "fast_program", "clear_compiled",
+    "CPU_COMPILER_OPTIONS", "CPU_LIGHT_OPTIONS", "LIGHT_COMPILE_UPDATES", "KernelForm",
+    "choose_form", "clear_compiled",
     "run_chunks", "ChunkRun", "MemoryOutputs", "BlockProgress",
 ]
 
@@ -174,7 +174,7 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
         JAX process), else a line per chunk once a multi-chunk run has taken
         more than 2 s. Results do not depend on it.
       compiler_options: XLA options for the compile (default
-        `default_compiler_options`: on the CPU a lighter compile for sweeps
+        `choose_form`'s: on the CPU a lighter compile for sweeps
         under 10^9 updates; none elsewhere). Results do not depend on them.
       on_chunk: called as `on_chunk(index, arrays)` after chunk `index` (of
         `num_chunks(spec, chunk)`) has run, with the program's
@@ -340,10 +340,9 @@ def _run_joint(specs: list, plans: list, devices, compiler_options: dict | None)
         chunks.append(chunk._replace(indices=pad(chunk.indices, n_dev)))
     sizes = [len(c.indices) for c in chunks]
     updates = sum(s.num_points * s.seeds * s.steps for s in specs)
-    opts = compiler_options if compiler_options is not None else \
-        default_compiler_options(specs[0], devices[0].platform, groups[0], updates=updates)
+    form = tuning.choose_form(specs[0], devices, groups[0], compiler_options, updates=updates)
     t = time.perf_counter()
-    memo = tuple(memo_key(s, g, n, devices, opts, "prediction")
+    memo = tuple(memo_key(s, g, n, devices, form, "prediction")
                  for s, g, n in zip(specs, groups, sizes)) + ("joint",)
 
     def inputs(placed):  # (seed, one grid chunk per sweep), placed as the program wants them
@@ -353,10 +352,10 @@ def _run_joint(specs: list, plans: list, devices, compiler_options: dict | None)
 
     hit, made = memo_get(memo), 0
     if hit is None:
-        program = make_joint_program(list(zip(specs, groups, sizes)), devices, tuning.fast_program(opts))
+        program = make_joint_program(list(zip(specs, groups, sizes)), devices, form)
         placed = placements(program.mesh, devices[0])
         args = inputs(placed)
-        hit, made = (program.fn.lower(*args).compile(opts or None), placed), 1
+        hit, made = (program.fn.lower(*args).compile(form.compiler_options), placed), 1
         memo_put(memo, hit)
     else:
         args = inputs(hit[1])

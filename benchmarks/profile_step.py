@@ -10,7 +10,7 @@ against issue 15's target of at least 90%. Both are medians of
 `--repeats` timed calls (after a warm-up) in the same process, taken in
 alternating rounds, and the device they ran on is printed. The full program is
 compiled as a long sweep's is (the fusion emitters, in its run-fast form:
-`sweep.fast_program`).
+`sweep.KernelForm`).
 
 One device on one core: the process pins itself to one core before JAX starts
 (`--no-pin` leaves it), so both rates are per core. Unpinned on a 2-core machine,

@@ -14,7 +14,7 @@ What it measures, in this order:
   3. `--repeats` rounds (default 5), each one NumPy-loop pass over a subset of the
      grid (6 points x 5 seeds x 1000 steps, float64, one run at a time) and then one
      `sweep.run` of the whole workload twice: with the default compile (for a
-     sweep of this size the light one, `sweep.default_compiler_options`) and with
+     sweep of this size the light one, `sweep.choose_form`) and with
      XLA:CPU's fusion emitters (`sweep.CPU_COMPILER_OPTIONS`, which sweeps of
      10^9 updates and more get); the updates/s target is judged on the faster.
      Interleaving keeps all under the same machine load. bec_jax's steady state is the engine's own `run_time_s` (after
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     warm = sweep.run(spec, progress=False)
     # 3. Interleaved rounds.
     # bec_jax twice a round: with its default compile (for a sweep this size, the
-    # light one: sweep.default_compiler_options) and with XLA:CPU's fusion emitters
+    # light one: sweep.choose_form) and with XLA:CPU's fusion emitters
     # (sweep.CPU_COMPILER_OPTIONS, what sweeps of 10^9 updates and more get).
     full_opts = sweep.CPU_COMPILER_OPTIONS if jinfo["backend"] == "cpu" else None
     sweep.run(spec, progress=False, compiler_options=full_opts)

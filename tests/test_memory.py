@@ -58,7 +58,7 @@ def test_estimate_bounds_xla_buffer_assignment(env, alg, hp, seeds, G, K, L):
     """The model's bytes per call are never below what XLA allocates for the
     program (arguments + outputs + temporaries) and at most 3x it, for the whole
     program and for a seed chunk's segment program, in the run-fast form
-    (`sweep.fast_program`: log blocks in pairs, two blocks' uniforms live at once)
+    (`tuning.KernelForm.paired`: log blocks in pairs, two blocks' uniforms live at once)
     and without it."""
     hp = {k: (list(np.linspace(0.01, 0.1, G)) if v is None else v) for k, v in hp.items()}
     spec = SweepSpec(env=env, algorithm=alg, hyperparameters=hp, steps=K * L, seeds=seeds, log_every=K)
@@ -74,9 +74,10 @@ def test_estimate_bounds_xla_buffer_assignment(env, alg, hp, seeds, G, K, L):
     est = memory.call_bytes(sz, G, seeds, L, False)
     est_seg = memory.call_bytes(sz, G, seeds // 2, 2, True)
     for fast in (True, False):
-        full = xla(sweep.make_program(spec, groups[0], G, dev, fast=fast).fn.lower(np.uint32(0), grid).compile())
+        form = sweep.choose_form(spec, dev, groups[0], sweep.CPU_COMPILER_OPTIONS if fast else sweep.CPU_LIGHT_OPTIONS)
+        full = xla(sweep.make_program(spec, groups[0], G, dev, form=form).fn.lower(np.uint32(0), grid).compile())
         assert 1.0 <= est / full <= 3.0, (fast, est, full)
-        sp = sweep.make_segment_programs(spec, groups[0], G, seeds // 2, 2, dev, fast=fast)
+        sp = sweep.make_segment_programs(spec, groups[0], G, seeds // 2, 2, dev, form=form)
         carry = jax.eval_shape(sp.start, np.uint32(0), grid, np.int32(0))[0]
         seg = xla(sp.advance.lower(np.uint32(0), grid, np.int32(0), carry, np.int32(0)).compile())
         assert 1.0 <= est_seg / seg <= 3.0, (fast, est_seg, seg)

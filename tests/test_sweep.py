@@ -269,13 +269,15 @@ def test_light_and_full_compiles_give_the_same_bits(spec):
 
 
 def _both_forms(monkeypatch, fn):
-    """fn() with the programs in their run-fast form (`tuning.fast_program`: log
+    """fn() with the programs in their run-fast form (`tuning.KernelForm`: log
     blocks in pairs, updates under `algorithms.sharing`) and without it, both
     with the fusion emitters: (fast, plain)."""
     out = []
+    choose = tuning.choose_form
     for fast in (True, False):
         sweep.clear_compiled()  # no program of the other form from the memo
-        monkeypatch.setattr(tuning, "fast_program", lambda opts, f=fast: f)
+        monkeypatch.setattr(tuning, "choose_form",
+                            lambda *a, f=fast, **k: choose(*a, **k)._replace(paired=f, share=f))
         out.append(fn())
     sweep.clear_compiled()
     return out
@@ -316,9 +318,17 @@ def test_run_fast_form_gives_the_same_bits(monkeypatch, case):
     _assert_same_bits(paired, single)
 
 
-def test_fast_program_follows_the_emitters():
-    assert sweep.fast_program(sweep.CPU_COMPILER_OPTIONS) and sweep.fast_program({}) and sweep.fast_program(None)
-    assert not sweep.fast_program(sweep.CPU_LIGHT_OPTIONS)
+def test_form_follows_the_emitters():
+    cpu = jax.devices()[:1]
+    assert cpu[0].platform == "cpu"
+    spec = DIVERGING_ODD
+    for opts in (sweep.CPU_COMPILER_OPTIONS, {}, {"xla_backend_optimization_level": 2}):
+        form = sweep.choose_form(spec, cpu, compiler_options=opts)
+        assert form.emitters == "fusion" and form.paired and form.share
+        assert form.compiler_options == (opts or None)  # the user's options, as given
+    light = sweep.choose_form(spec, cpu, compiler_options=sweep.CPU_LIGHT_OPTIONS)
+    assert light.emitters == "loop" and not light.paired and not light.share
+    assert sweep.choose_form(spec, cpu) == light  # a small sweep: the light compile
     # On a CPU the run-fast form shares the TD error and phi . u of each step (one
     # conditional each, in the peeled and the looped step of both paired blocks);
     # the plain form has only the revert's conditional.
@@ -327,23 +337,38 @@ def test_fast_program_follows_the_emitters():
     dev = jax.devices()[:1]
 
     def conditionals(fast):
-        prog = sweep.make_program(DIVERGING_ODD, groups[0], 2, dev, fast=fast)
+        form = sweep.choose_form(DIVERGING_ODD, dev, groups[0],
+                                 sweep.CPU_COMPILER_OPTIONS if fast else sweep.CPU_LIGHT_OPTIONS)
+        prog = sweep.make_program(DIVERGING_ODD, groups[0], 2, dev, form=form)
         return prog.fn.lower(np.uint32(0), grid).as_text().count("stablehlo.case")
 
     assert conditionals(False) == 1 and conditionals(True) >= 9
 
 
-def test_default_compiler_options():
+class _Device:
+    def __init__(self, platform):
+        self.platform = platform
+
+
+def test_default_form():
+    cpu, gpu = jax.devices()[:1], [_Device("gpu")]
     small = SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), seeds=2, steps=10, log_every=10)
-    assert sweep.default_compiler_options(small, "cpu") == sweep.CPU_LIGHT_OPTIONS
-    assert sweep.default_compiler_options(small, "gpu") == {}
+    assert sweep.choose_form(small, cpu).compiler_options == sweep.CPU_LIGHT_OPTIONS
+    on_gpu = sweep.choose_form(small, gpu)
+    assert on_gpu.compiler_options is None and on_gpu.paired and not on_gpu.share
     big = small.replace(seeds=10**6, steps=1000)  # 10^9 updates: run time outweighs compile time
-    assert sweep.default_compiler_options(big, "cpu") == sweep.CPU_COMPILER_OPTIONS
+    assert sweep.choose_form(big, cpu).compiler_options == sweep.CPU_COMPILER_OPTIONS
+    assert sweep.choose_form(small, cpu, updates=10**9).compiler_options == sweep.CPU_COMPILER_OPTIONS
     multi = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1,), env_params={"gamma": [0.5, 0.9]}, seeds=2,
                       steps=10, log_every=10)
     (group,) = sweep.plan_groups(multi)
     assert len(group.models) == 2
-    assert sweep.default_compiler_options(multi, "cpu", group) == sweep.CPU_COMPILER_OPTIONS
+    assert sweep.choose_form(multi, cpu, group).compiler_options == sweep.CPU_COMPILER_OPTIONS
+    # The form is part of the cache's key: another form, another program.
+    (g,) = sweep.plan_groups(small)
+    keys = {tuning.memo_key(small, g, 1, cpu, sweep.choose_form(small, cpu, compiler_options=o), "prediction")
+            for o in (None, sweep.CPU_COMPILER_OPTIONS, {})}
+    assert len(keys) == 3
 
 
 def test_sensitivity_panels_keep_labelled_minor_ticks(full):
@@ -469,7 +494,8 @@ def test_fusion_emitters_update_omega_in_place():
     spec = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.1, 0.2, 0.3), beta=(0.1,), zeta=(0.1,),
                      seeds=5, steps=40, log_every=10)
     (group,), (chunk,) = sweep.plan(spec, spec.num_points)
-    prog = sweep.make_program(spec, group, spec.num_points, devices=jax.devices()[:1], fast=True)
+    prog = sweep.make_program(spec, group, spec.num_points, devices=jax.devices()[:1],
+                              form=sweep.choose_form(spec, jax.devices()[:1], group, sweep.CPU_COMPILER_OPTIONS))
     lowered = prog.fn.lower(np.uint32(0), sweep.chunk_grid(spec, group, chunk))
     text = lowered.compile(sweep.CPU_COMPILER_OPTIONS).as_text()
     assert "while(" in text and "multiply_add_fusion" in text

@@ -120,8 +120,8 @@ class Program:
 
 
 def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on_block=None,
-                 keep_state: bool = False, fast: bool = True) -> Program:
-    """The program for chunks of `chunk` grid points (`on_block` and `fast` are
+                 keep_state: bool = False, form=None) -> Program:
+    """The program for chunks of `chunk` grid points (`on_block` and `form` are
     accepted for the engine's interface and ignored: a control chunk reports when
     it ends, and runs its own loop).
     With `keep_state` it also returns the final learner states ("state": a

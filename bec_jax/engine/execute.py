@@ -25,7 +25,7 @@ from bec_jax.engine import plan, programs, tuning
 from bec_jax.engine.plan import Chunk, Group, pad
 from bec_jax.engine.programs import GRID_AXIS, make_segment_programs, segment_mesh
 from bec_jax.engine.seed_stats import combine_seeds
-from bec_jax.engine.tuning import default_compiler_options, memo_get, memo_key, memo_put
+from bec_jax.engine.tuning import memo_get, memo_key, memo_put
 from bec_jax.spec import SweepSpec
 
 
@@ -252,15 +252,14 @@ def _run_segmented(spec, progs: dict, c: Chunk, seed_dev, grid, index: int, outp
 
 
 def _segment_programs(spec, group: Group, size: int, devices, plan_seeds: int, blocks: int, seed_dev, grid,
-                      compiler_options) -> tuple[dict, int]:
+                      form) -> tuple[dict, int]:
     """The programs of a segmented chunk, compiled: start, advance for each
     segment length in use, finish; and how many were compiled. On one device
-    they are compiled ahead of time with `compiler_options`; over a mesh, by
+    they are compiled ahead of time with `form`'s compiler options; over a mesh, by
     `jit` on first use (their inputs' shardings come from the programs)."""
     L = spec.steps // spec.log_every
     lengths = sorted({n for _, n in _segment_list(L, blocks)})
-    sps = {n: make_segment_programs(spec, group, size, plan_seeds, n, devices,
-                                 tuning.fast_program(compiler_options))
+    sps = {n: make_segment_programs(spec, group, size, plan_seeds, n, devices, form)
            for n in lengths}
     sp = sps[lengths[-1]]
     off = np.int32(0)
@@ -270,7 +269,7 @@ def _segment_programs(spec, group: Group, size: int, devices, plan_seeds: int, b
     if sp.mesh is not None:  # the carry as the programs shard it
         carry_shape = jax.tree_util.tree_map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
                                              carry_shape, sp.carry_sharding(carry_shape))
-    opts = compiler_options or None
+    opts = form.compiler_options
     progs.update(
         start=sp.start.lower(seed_dev, grid, off).compile(opts),
         advance={n: q.advance.lower(seed_dev, grid, off, carry_shape, np.int32(0)).compile(opts)
@@ -365,7 +364,7 @@ class _SegmentLine:
             self.on_segment(i, blocks_done, blocks, checkpoint)
 
 
-def _compile(spec, group: Group, c: Chunk, devices, opts, lay: _Layout, make_program, chunk_grid, memo,
+def _compile(spec, group: Group, c: Chunk, devices, form, lay: _Layout, make_program, chunk_grid, memo,
              bar) -> tuple:
     """(exe, placements, grid placed, programs compiled) for chunk `c`'s shape:
     the kept program under `memo` if any (grid None: not placed yet), else
@@ -377,15 +376,15 @@ def _compile(spec, group: Group, c: Chunk, devices, opts, lay: _Layout, make_pro
     if lay.segmented:
         mesh = segment_mesh(devices, size, lay.by_seed)
     else:
-        program = make_program(spec, group, size, devices, on_block=bar, fast=tuning.fast_program(opts))
+        program = make_program(spec, group, size, devices, on_block=bar, form=form)
         mesh = program.mesh
     placed = placements(mesh, devices[0], lay.by_seed)
     seed_dev = place(np.uint32(spec.seed), placed[0])
     grid = {k: place(v, placed[1]) for k, v in chunk_grid(spec, group, c).items()}
     if lay.segmented:
-        exe, made = _segment_programs(spec, group, size, devices, lay.seeds, lay.blocks, seed_dev, grid, opts)
+        exe, made = _segment_programs(spec, group, size, devices, lay.seeds, lay.blocks, seed_dev, grid, form)
     else:
-        exe, made = program.fn.lower(seed_dev, grid).compile(opts or None), 1
+        exe, made = program.fn.lower(seed_dev, grid).compile(form.compiler_options), 1
     memo_put(memo, (exe, placed))
     return exe, placed, grid, made
 
@@ -459,13 +458,12 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
             grid = None
             if key not in compiled:  # this run's first chunk of this shape
                 t = time.perf_counter()
-                opts = compiler_options if compiler_options is not None else \
-                    default_compiler_options(spec, devices[0].platform, groups[c.group])
-                memo = None if bar is not None else memo_key(spec, groups[c.group], len(c.indices), devices, opts,
+                form = tuning.choose_form(spec, devices, groups[c.group], compiler_options)
+                memo = None if bar is not None else memo_key(spec, groups[c.group], len(c.indices), devices, form,
                                                              kind)
                 if memo is not None and lay.segmented:
                     memo += ("segmented", lay.seeds, lay.blocks)
-                exe, placed, grid, made = _compile(spec, groups[c.group], c, devices, opts, lay, make_program,
+                exe, placed, grid, made = _compile(spec, groups[c.group], c, devices, form, lay, make_program,
                                                    chunk_grid, memo, bar)
                 if made:
                     compile_time += time.perf_counter() - t

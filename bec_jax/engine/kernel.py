@@ -24,7 +24,7 @@ from bec_jax.engine.layout import counter_index, seed_major, state_axes
 from bec_jax.engine.plan import ENV_INDEX, Group
 from bec_jax.engine.seed_stats import alive_count, log_point
 from bec_jax.engine.streams import block_uniforms, per_seed_keys
-from bec_jax.engine.tuning import UNROLL, on_cpu
+from bec_jax.engine.tuning import KernelForm, choose_form
 from bec_jax.schedules import robbins_monro
 from bec_jax.spec import SweepSpec
 
@@ -148,8 +148,7 @@ class Form(NamedTuple):
     stacked: list | None  # several models: each metric's (R, h) stacked over them, zero-padded
     nonzero: list | None  # several models: each metric's nonzero columns
     members: tuple      # the `_Member`s (one per sweep of a joint program)
-    paired: bool        # log blocks two an iteration (the run-fast form)
-    share: bool         # updates under `algorithms.sharing`
+    form: KernelForm    # the performance choices (`tuning.choose_form`)
     on_block: Callable | None
 
 
@@ -167,7 +166,7 @@ class Context(NamedTuple):
 
 
 def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None = None,
-                others: tuple = (), fast: bool = True, devices=None) -> Kernel:
+                others: tuple = (), form: KernelForm | None = None, devices=None) -> Kernel:
     """The traced pieces of a group's program: the context of a (seed, grid
     chunk, seed range), the start state, a run of log blocks, and the end.
 
@@ -187,13 +186,12 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     are shared, over the members' grid points laid end to end. `grids` holds
     one grid chunk per member.
 
-    `fast`: the run-fast form (see `tuning.fast_program`), the same arithmetic bit for
-    bit. Its log blocks run two an iteration, each with its first step outside
-    its loop of steps, so the state needs no copy between blocks, in a program
-    about twice as long; and on a CPU (`devices`, None: JAX's default) the
-    updates run under `algorithms.sharing`, each TD error and dot product
-    computed once a step (both measured in benchmarks/README.md)."""
-    paired, share = fast, fast and on_cpu(devices)
+    `form`: the program's performance choices (`tuning.KernelForm`: paired log
+    blocks, shared scalars, the scan's unroll), the same arithmetic bit for bit
+    under each; default the form a sweep of `spec` on `devices` (None: JAX's
+    default devices) gets, `tuning.choose_form`."""
+    if form is None:
+        form = choose_form(spec, devices, group)
     dtype = jnp.dtype(spec.dtype)
     models = group.models
     E = len(models)
@@ -237,7 +235,7 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     members = tuple(_member(s, g, k, dtype, tr_axis) for s, g in ((spec, group), *others))
     form = Form(dtype=dtype, E=E, per_model=per_model, tables_np=tables_np, step_fn=step_fn, nu=nu, K=K, L=L,
                 report_every=report_every, bound=bound, theta0=theta0, mets=mets, stacked=stacked,
-                nonzero=nonzero, members=members, paired=paired, share=share, on_block=on_block)
+                nonzero=nonzero, members=members, form=form, on_block=on_block)
     return Kernel(partial(_setup, form), partial(_start, form), partial(_blocks, form), partial(_finish, form),
                   tuple(mb.axes for mb in members))
 
@@ -326,7 +324,7 @@ def _step(f: Form, ctx: Context, carry, u):
         if f.per_model:  # (N, E) -> (N, G): each point its model's transition
             tr = jax.tree_util.tree_map(lambda x: x[:, ctx.env_idx], tr)
     # A uniform of this step: a number XLA cannot fold, as `sharing` needs.
-    with sharing(u.reshape(-1)[0]) if f.share else contextlib.nullcontext():
+    with sharing(u.reshape(-1)[0]) if f.form.share else contextlib.nullcontext():
         states = tuple(mb.update(st, tr, hp) for mb, st, hp in zip(f.members, states, ctx.hp_vals))
     return (states, samp), None
 
@@ -339,14 +337,14 @@ def _draw(f: Form, ctx: Context, j):
 def _block(f: Form, ctx: Context, carry, j, u, per_seed):
     """Log block j: (states, samp, dstep) -> the same, its metric values, its report."""
     states, samp, dstep = carry
-    if f.paired:
+    if f.form.paired:
         # The first step reads the block's start state and writes a new one, so
         # the start state stays for the revert without the copy XLA makes of a
         # while loop's input that is read after the loop.
         (new, samp), _ = _step(f, ctx, (states, samp), u[0])
-        (new, samp), _ = jax.lax.scan(lambda c, uu: _step(f, ctx, c, uu), (new, samp), u[1:], unroll=UNROLL)
+        (new, samp), _ = jax.lax.scan(lambda c, uu: _step(f, ctx, c, uu), (new, samp), u[1:], unroll=f.form.unroll)
     else:
-        (new, samp), _ = jax.lax.scan(lambda c, uu: _step(f, ctx, c, uu), (states, samp), u, unroll=UNROLL)
+        (new, samp), _ = jax.lax.scan(lambda c, uu: _step(f, ctx, c, uu), (states, samp), u, unroll=f.form.unroll)
     # Divergence is checked once per log block, not per step (a per-step
     # check costs more than the update): a run that left the bound during
     # the block is reverted to its state at the block's start, frozen there,
@@ -379,7 +377,7 @@ def _blocks(f: Form, ctx: Context, carry, js, per_seed):
         c, vals, y = _block(f, ctx, c, j, _draw(f, ctx, j), per_seed)
         return (*c, auc_sum + seed_major(vals)), y
 
-    if not f.paired or js.shape[0] < 2:
+    if not f.form.paired or js.shape[0] < 2:
         return jax.lax.scan(one, carry, js)
 
     # Two log blocks an iteration: the state moves between two buffers and is

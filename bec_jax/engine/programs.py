@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bec_jax.engine.kernel import Kernel, make_kernel
 from bec_jax.engine.plan import Group
+from bec_jax.engine.tuning import KernelForm
 from bec_jax.spec import SweepSpec
 
 GRID_AXIS = "grid"  # the mesh axis the grid (or a seed chunk's seeds) is split over
@@ -42,7 +43,7 @@ class Program:
 
 
 def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
-                 on_block: Callable | None = None, fast: bool = True) -> Program:
+                 on_block: Callable | None = None, form: KernelForm | None = None) -> Program:
     """Python-side setup for one group of `spec`: the models' sampler tables and
     metrics are baked in, and the returned program maps (base seed, grid chunk)
     -> statistics, over every seed and the whole time axis in one call.
@@ -52,10 +53,10 @@ def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
     `on_block(j)`, if given, is called on the host after log block j (1-based)
     every few blocks (one report per `kernel.UPDATES_PER_REPORT`, at most 100 a chunk),
     once per device holding a shard: a progress report, not a per-step callback.
-    `fast`: the run-fast form (see `tuning.fast_program`): log blocks in pairs and, on a
-    CPU, the updates under `algorithms.sharing`; the same results either way.
+    `form`: the program's performance choices (`tuning.KernelForm`; default
+    `tuning.choose_form`'s for a sweep of `spec`); the same results under each.
     """
-    kern = make_kernel(spec, group, chunk, on_block, fast=fast, devices=devices)
+    kern = make_kernel(spec, group, chunk, on_block, form=form, devices=devices)
     whole = _whole_run(spec, kern)
 
     def sweep_program(seed, grid):  # the name XLA's module gets (tests count compiles by it)
@@ -93,7 +94,7 @@ def _whole_run(spec: SweepSpec, kern: Kernel) -> Callable:
     return whole
 
 
-def make_joint_program(members: list, devices=None, fast: bool = True) -> Program:
+def make_joint_program(members: list, devices=None, form: KernelForm | None = None) -> Program:
     """One program for several sweeps that differ only in their algorithm and its
     hyperparameters (same model, seeds, steps, sampler, metrics, schedule):
     `members` is a list of (spec, group, size), each group of one model, each
@@ -104,11 +105,12 @@ def make_joint_program(members: list, devices=None, fast: bool = True) -> Progra
 
     `fn(seed, grids)` takes one grid chunk per member and returns the outputs of
     every member's points, grid axis first: per device (with a mesh) the
-    members' shares of that device in order; `split_joint` cuts them apart."""
+    members' shares of that device in order; `split_joint` cuts them apart.
+    `form`: as `make_program`'s."""
     (spec, group, _), others = members[0], members[1:]
     sizes = [size for *_, size in members]
-    kern = make_kernel(spec, group, sum(sizes), others=tuple((s, g) for s, g, _ in others), fast=fast,
-                   devices=devices)
+    kern = make_kernel(spec, group, sum(sizes), others=tuple((s, g) for s, g, _ in others), form=form,
+                       devices=devices)
     whole = _whole_run(spec, kern)
     mesh = _mesh(devices, int(np.gcd.reduce(sizes)))  # every member's size a multiple of the devices
     return Program(spec=spec, group=group, fn=jit_over_grid(whole, mesh), chunk=sum(sizes), mesh=mesh)
@@ -162,7 +164,7 @@ class SegmentPrograms(NamedTuple):
 
 
 def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int, blocks: int,
-                          devices=None, fast: bool = True) -> SegmentPrograms:
+                          devices=None, form: KernelForm | None = None) -> SegmentPrograms:
     """The three programs of a segmented run of one group: `start` (the initial
     carry and the step-0 report), `advance` (`blocks` log blocks from block j0 on)
     and `finish` (the per-seed finals), for `chunk` grid points and `seeds`
@@ -173,14 +175,15 @@ def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int,
 
     With several devices the grid axis is split over them; in a seed chunk,
     which has no statistic over seeds inside, the seed axis is (`seeds` must
-    then be a multiple of the device count, `chunk` need not be)."""
+    then be a multiple of the device count, `chunk` need not be). `form`: as
+    `make_program`'s."""
     devices = list(devices) if devices is not None else jax.devices()
     per_seed = seeds < spec.seeds
     n_dev = len(devices)
     by_seed = per_seed and n_dev > 1
     if by_seed and seeds % n_dev:
         raise ValueError(f"seeds: a seed chunk must be a multiple of the {n_dev} devices, got {seeds}")
-    kern = make_kernel(spec, group, chunk, fast=fast, devices=devices)
+    kern = make_kernel(spec, group, chunk, form=form, devices=devices)
     local = seeds // n_dev if by_seed else seeds
 
     def ctx_of(seed, grid, offset):

@@ -1,17 +1,21 @@
-"""Tuning: how a program is compiled and kept, never what it computes.
+"""Tuning: how a program is built and compiled, never what it computes.
 
-The XLA options a program compiles with (`default_compiler_options`), the form
-the kernel takes for them (`fast_program`, `UNROLL`), and the process's cache of
-compiled programs (`memo_key`, `memo_get`, `memo_put`, `clear_compiled`). Every
-choice here changes compile or run time only: results are the same bit for bit
-under each (tests/test_sweep.py). Measurements behind the choices are in
-benchmarks/README.md.
+Every performance choice of a program is one value, a `KernelForm`, chosen by
+one function, `choose_form`, from the platform, the work size and the user's
+XLA options; it is part of the executable cache's key (`memo_key`). The
+kernel reads its form (`kernel.make_kernel`), and the XLA options a program
+compiles with are the form's (`KernelForm.compiler_options`). Also here: the
+process's cache of compiled programs (`memo_get`, `memo_put`,
+`clear_compiled`). Every choice here changes compile or run time only: results
+are the same bit for bit under each form (tests/test_sweep.py). Measurements
+behind the choices are in benchmarks/README.md.
 """
 from __future__ import annotations
 
 import json
 import threading
 from collections import OrderedDict
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -27,8 +31,9 @@ from bec_jax.spec import SweepSpec
 UNROLL = 1
 
 # LLVM's -O1 halves XLA's CPU compile time for these small scanned kernels with no
-# measurable loss of run time (measured on the paper's sweeps); see README.
+# measurable loss of run time (benchmarks/README.md).
 _CPU_O1 = {"xla_backend_optimization_level": 1}
+# The options of a CPU form with XLA:CPU's (MLIR) fusion emitters, XLA's default.
 CPU_COMPILER_OPTIONS = {**_CPU_O1,
                         # Copy insertion with region analysis sees that the step's
                         # loop may update omega in place: without it XLA:CPU copied
@@ -36,52 +41,108 @@ CPU_COMPILER_OPTIONS = {**_CPU_O1,
                         # emitters' programs do not gain, so the light options
                         # leave it out (benchmarks/README.md).
                         "xla_cpu_copy_insertion_use_region_analysis": True}
-# XLA:CPU's classic loop emitters instead of its MLIR fusion emitters: compiles in
-# under half the time, runs slower (the fusion emitters' programs take the
-# run-fast form, `fast_program`), bit for bit the same results (benchmarks/README.md).
-# Below 10^9 updates the compile saved is worth about as much as the run time
-# lost, or more.
+# The options of a CPU form with XLA:CPU's classic loop emitters: compiles in
+# under half the time, runs slower, bit for bit the same results
+# (benchmarks/README.md). Below 10^9 updates the compile saved is worth about as
+# much as the run time lost, or more.
 CPU_LIGHT_OPTIONS = {**_CPU_O1, "xla_cpu_use_fusion_emitters": False}
 LIGHT_COMPILE_UPDATES = 1_000_000_000
+_EMITTER_OPTIONS = {"fusion": CPU_COMPILER_OPTIONS, "loop": CPU_LIGHT_OPTIONS}
 
 
-def default_compiler_options(spec, platform: str, group=None, updates: int | None = None) -> dict:
-    """The XLA options a group's program compiles with when the caller gives none.
+class KernelForm(NamedTuple):
+    """The form of a program: how it is built and compiled, never what it
+    computes (the results are the same bit for bit under every form). Chosen
+    by `choose_form`; part of the executable cache's key.
 
-    None off the CPU. On the CPU, `CPU_LIGHT_OPTIONS` for a prediction sweep of
-    fewer than `LIGHT_COMPILE_UPDATES` updates in all and for every control sweep
-    (their programs run as fast with them); else `CPU_COMPILER_OPTIONS`. A group of
-    several models (an environment-parameter sweep) always gets the fusion
-    emitters: with the loop emitters its metrics can round differently in the last
-    bit from a one-model run of the same point (tests/test_open_engine.py), while
+    Attributes:
+      platform: the devices' platform ("cpu", "gpu", "tpu").
+      emitters: XLA:CPU's emitters, "fusion" (its MLIR fusion emitters, XLA's
+        default; also the value off the CPU, where there is no choice) or
+        "loop" (the classic loop emitters: compile in under half the time,
+        run slower).
+      paired: log blocks two an iteration, each with its first step outside
+        its loop of steps, so the state needs no copy between blocks, in a
+        program about twice as long (`kernel._blocks`). Only with the fusion
+        emitters: with the loop emitters the longer program compiles half as
+        long again and runs no faster.
+      share: the updates of the algorithms that declare
+        `Algorithm.shares_scalars` are traced under `algorithms.sharing`, each
+        TD error and dot product computed once a step into an array every
+        consumer reads. Only on a CPU with the fusion emitters: it makes the
+        loop emitters' loops slower, and elsewhere a conditional can cost a
+        round trip to the host.
+      unroll: steps per iteration of the inner scan (`UNROLL`).
+      xla_options: the XLA options the program compiles with, as (name,
+        value) pairs sorted by name: the user's where given, else the form's
+        emitters' (`CPU_COMPILER_OPTIONS`, `CPU_LIGHT_OPTIONS`; none off the
+        CPU). `compiler_options` gives them as `compile` takes them.
+
+    Not part of the form, because they are not choices: the states' layout,
+    seed-major (`engine.layout`: the kernel has that one), and the unrolled
+    dot products of `algorithms.base` (`UNROLL_DOT_MAX`), whose order of
+    additions is part of what an update computes.
+    """
+
+    platform: str
+    emitters: str
+    paired: bool
+    share: bool
+    unroll: int
+    xla_options: tuple
+
+    @property
+    def compiler_options(self) -> dict | None:
+        """The XLA options as `Lowered.compile` takes them (None: none)."""
+        return dict(self.xla_options) or None
+
+
+def choose_form(spec, devices=None, group=None, compiler_options: dict | None = None,
+                updates: int | None = None) -> KernelForm:
+    """The form of a group's program: the one place a program's performance
+    choices are made.
+
+    `devices` (None: JAX's default devices) give the platform. The user's
+    `compiler_options`, where given, are compiled with as they are, and the
+    form follows their emitters. Otherwise, on the CPU, the emitters follow
+    the work: the loop emitters (the light compile, `CPU_LIGHT_OPTIONS`) for a
+    prediction sweep of fewer than `LIGHT_COMPILE_UPDATES` updates in all and
+    for every control sweep (their programs run as fast with them); the
+    fusion emitters (`CPU_COMPILER_OPTIONS`) for larger sweeps and for a group
+    of several models (an environment-parameter sweep): with the loop
+    emitters its metrics can round differently in the last bit from a
+    one-model run of the same point (tests/test_open_engine.py), while
     one-model programs give the same bits either way (tests/test_sweep.py).
-    `updates`: the program's updates when it runs more than `spec` (a program
-    shared by several sweeps, `run_many`)."""
-    if platform != "cpu":
-        return {}
+    Off the CPU, no options. `updates`: the program's updates when it runs
+    more than `spec` (a program shared by several sweeps, `run_many`). Then
+    `paired` and `share` follow from the emitters and the platform (see
+    `KernelForm`)."""
+    platform = (list(devices) if devices is not None else jax.devices())[0].platform
+    if compiler_options is not None:
+        options = dict(compiler_options)
+        emitters = "fusion" if options.get("xla_cpu_use_fusion_emitters", True) else "loop"
+    elif platform != "cpu":
+        options, emitters = {}, "fusion"
+    else:
+        emitters = _cpu_emitters(spec, group, updates)
+        options = _EMITTER_OPTIONS[emitters]
+    paired = emitters == "fusion"
+    return KernelForm(platform=platform, emitters=emitters, paired=paired, share=paired and platform == "cpu",
+                      unroll=UNROLL, xla_options=tuple(sorted(options.items(), key=lambda kv: kv[0])))
+
+
+def _cpu_emitters(spec, group, updates: int | None) -> str:
+    """XLA:CPU's emitters for a program the user gave no options for (see `choose_form`)."""
     if group is not None and len(getattr(group, "models", ())) > 1:
-        return CPU_COMPILER_OPTIONS
+        return "fusion"
     if updates is None and isinstance(spec, SweepSpec):
         updates = spec.num_points * spec.seeds * spec.steps
-    if updates is not None and updates >= LIGHT_COMPILE_UPDATES:
-        return CPU_COMPILER_OPTIONS
-    return CPU_LIGHT_OPTIONS
+    return "fusion" if updates is not None and updates >= LIGHT_COMPILE_UPDATES else "loop"
 
 
 def on_cpu(devices) -> bool:
     """Whether a program for `devices` (None: JAX's default devices) runs on a CPU."""
     return (list(devices) if devices is not None else jax.devices())[0].platform == "cpu"
-
-
-def fast_program(compiler_options: dict | None) -> bool:
-    """Whether a program compiled with `compiler_options` takes its run-fast form
-    (`make_program`'s `fast`, see `kernel.make_kernel`): everywhere but with
-    XLA:CPU's classic emitters (`CPU_LIGHT_OPTIONS`, the compile-light choice).
-    With them the longer program of paired log blocks compiles half as long
-    again, where the fusion emitters' compile barely moves, and
-    `algorithms.sharing` makes their loops slower, not faster
-    (benchmarks/README.md)."""
-    return bool((compiler_options or {}).get("xla_cpu_use_fusion_emitters", True))
 
 
 # Compiled programs kept in this process, so a sweep run again with another base
@@ -121,16 +182,17 @@ def memo_put(memo, hit) -> None:
             _EXECUTABLES.popitem(last=False)
 
 
-def memo_key(spec, group, size: int, devices, compiler_options, kind: str) -> tuple:
+def memo_key(spec, group, size: int, devices, form: KernelForm, kind: str) -> tuple:
     """What a compiled chunk program depends on: the spec but its base seed, the
-    group's models (by content), the algorithm's functions, the chunk size, the
-    devices, the compiler options and `kind`, the front that made the program."""
+    group's models (by content), the algorithm's functions (and whether it
+    shares its scalars), the chunk size, the devices, the program's form (its
+    compiler options included) and `kind`, the front that made the program."""
     d = spec.to_dict()
     d.pop("seed", None)
     alg = spec.algorithm_def
     models = tuple(fingerprint(m) for m in group.models)
-    return (json.dumps(d, sort_keys=True, default=str), models, id(alg.init), id(alg.update), group.static,
-            tuple(np.asarray(group.indices).tolist()), size, tuple(dev.id for dev in devices),
-            json.dumps(compiler_options, sort_keys=True, default=str), kind)
+    return (json.dumps(d, sort_keys=True, default=str), models, id(alg.init), id(alg.update),
+            getattr(alg, "shares_scalars", False), group.static, tuple(np.asarray(group.indices).tolist()), size,
+            tuple(dev.id for dev in devices), json.dumps(form._asdict(), default=str), kind)
 
 
