@@ -295,8 +295,8 @@ def fits_together(specs, n_devices: int = 1, *, memory_budget: int | None = None
 
 def _cache_bytes(device, n_devices: int, memory_budget: int | None) -> int | None:
     """The carried state one call should keep to, or None for no such limit. On
-    a CPU with the default budget, cache-sized: 10^6 runs in one call ran at 164 M
-    updates/s, in calls of 5 x 10^4 runs at 275 M/s (README, Performance)."""
+    a CPU with the default budget, cache-sized: calls whose carried state fits
+    the cache run faster than one call of every run (benchmarks/README.md)."""
     if device.platform == "cpu" and memory_budget is None:
         return CPU_CACHE_BYTES * n_devices
     return None

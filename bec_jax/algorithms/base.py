@@ -41,18 +41,23 @@ _SHARING: contextvars.ContextVar = contextvars.ContextVar("bec_jax_sharing", def
 @contextlib.contextmanager
 def sharing(token: jax.Array):
     """Updates traced inside compute each TD error and dot product (`td_error`,
-    `vdot`) once per step, into an array every consumer reads.
+    `vdot`, `shared`) once per step, into an array every consumer reads.
 
     Without it XLA:CPU fuses such a per-example scalar into each of its
     consumers (one loop per updated vector) and recomputes it in each; the
     updated vectors then cannot be written in place, and the while loop copies
-    them every step. With it the standard workload's bare CTDC loop runs 1.7x
-    as fast on one core (242 -> 409 M updates/s, XLA's default fusion emitters),
-    bit for bit the same. The barrier is a `lax.cond` on `token >= 0` whose two
-    branches compute the same value, so any token gives the same results; for
-    the speed-up, `token` must be a number XLA cannot fold, traced outside the
-    `vmap` (the sweep engine passes one of the step's uniforms). Use it on a
-    CPU: elsewhere a conditional can cost a round trip to the host."""
+    them every step. With it the bare CTDC loop runs much faster on a CPU with
+    XLA's default fusion emitters, bit for bit the same (benchmarks/README.md).
+    The barrier is a `lax.cond` on `token >= 0` whose two branches compute the
+    same value, so any token gives the same results; for the speed-up, `token`
+    must be a number XLA cannot fold, traced outside the `vmap` (such as a
+    uniform drawn for the step). Use it on a CPU: elsewhere a conditional can
+    cost a round trip to the host.
+
+    Who enters it: the sweep engine, around the update of an algorithm that
+    declares `Algorithm.shares_scalars`, and only where the program's form
+    shares scalars (`engine.tuning.KernelForm.share`); never around any other.
+    Your own loop may enter it around your own update."""
     reset = _SHARING.set(token)
     try:
         yield
@@ -61,7 +66,8 @@ def sharing(token: jax.Array):
 
 
 def shared(f: Callable[[], jax.Array]) -> jax.Array:
-    """f(); inside `sharing`, computed once for all its consumers.
+    """f(); inside `sharing`, computed once for all its consumers (an update
+    that uses it declares `Algorithm.shares_scalars`).
 
     f is computed inside the conditional's branch, so its result is written
     where its consumers read it (a value computed outside would be copied in)."""
@@ -89,8 +95,10 @@ def vdot(a: jax.Array, b: jax.Array) -> jax.Array:
     For short vectors (k <= UNROLL_DOT_MAX, static) it is an unrolled sum of
     products, which under `vmap` stays a purely elementwise expression that XLA
     fuses into the update's loop. `jnp.dot` (a batched matmul plus transposes) or
-    `jnp.sum(a * b)` (a minor-axis reduction) is 5-15x slower on CPU for the
-    short feature vectors of linear RL (measured: 76 vs 348 M updates/s).
+    `jnp.sum(a * b)` (a minor-axis reduction) is several times slower on CPU for
+    the short feature vectors of linear RL (benchmarks/README.md). The order of
+    the additions is part of what an update computes: it is not a choice of the
+    program's form (`engine.tuning.KernelForm`).
     """
     return shared(lambda: _dot(a, b))
 
@@ -262,6 +270,16 @@ class Algorithm:
         the trace, and the trace depends on the past only), so trace methods get
         their exact ODE matrix; traces are left out of the ODE state and of the
         divergence check.
+      shares_scalars: the algorithm's opt-in to an optimisation of the sweep
+        engine (default False: none). Declare True when `update` computes its
+        per-example scalars, the TD error and dot products, through
+        `td_error`, `vdot` or `shared` (every built-in does). Where the
+        program's form shares scalars (`engine.tuning.KernelForm.share`: on a
+        CPU with XLA's fusion emitters) the engine then traces the update
+        inside `sharing(token)`, so each such scalar is computed once a step
+        into an array its consumers read, instead of being recomputed in each
+        of them; the results are the same bit for bit. Undeclared, the update
+        is traced as written, and those helpers are plain computations.
     """
 
     name: str
@@ -273,10 +291,11 @@ class Algorithm:
     counter: str | None = "count"
     label: str | None = None
     traces: dict = dataclasses.field(default_factory=dict)
+    shares_scalars: bool = False
 
     def __hash__(self):
         return hash((self.name, self.init, self.update, self.hyperparameters, self.weights, self.counter,
-                     tuple(sorted(self.traces.items(), key=lambda kv: kv[0]))))
+                     tuple(sorted(self.traces.items(), key=lambda kv: kv[0])), self.shares_scalars))
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name):

@@ -47,6 +47,7 @@ def update(state: CTDState, tr: Transition, alpha: StepSize, beta: StepSize) -> 
 
 ALGORITHM = Algorithm(
     name="ctd", label="CTD", init=init, update=update,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"),
                      step_size("beta", "step size of omega, the estimate of E[delta]")),
     equations="eqs. (30)-(31) [omegawithrho, thetawithrho]; on-policy eqs. (28)-(29) [omega, theta]")

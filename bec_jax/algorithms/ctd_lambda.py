@@ -92,6 +92,7 @@ def trace_expectation(stats: ModelStats, hyperparameters: dict):
 
 ALGORITHM = Algorithm(
     name="ctd_lambda", label="CTD(\u03bb)", init=init, update=update,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"),
                      step_size("beta", "step size of omega, the estimate of E[delta]"),
                      parameter("lambda", "trace decay", default=DEFAULT_LAMBDA, low=0.0, high=1.0)),

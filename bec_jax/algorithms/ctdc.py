@@ -77,10 +77,12 @@ _HYPERPARAMETERS = (step_size("alpha", "step size of theta"),
 
 ALGORITHM = Algorithm(
     name="ctdc", label="CTDC", init=init, update=update, hyperparameters=_HYPERPARAMETERS,
+    shares_scalars=True,
     equations="eqs. (32)-(34) [thetavmtdc, uvmtdc, omegavmtdc], rho on all three (the authors' code)")
 
 OMEGA_NO_RHO = Algorithm(
     name="ctdc_omega_no_rho", label="CTDC (no rho on omega)", init=init, update=update_omega_no_rho,
+    shares_scalars=True,
     hyperparameters=_HYPERPARAMETERS,
     equations="eqs. (32)-(34) [thetavmtdc, uvmtdc, omegavmtdc] with rho on theta and u, not on omega "
               "(neither the paper's sub-sampled form nor the authors' code)")

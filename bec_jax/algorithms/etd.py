@@ -107,12 +107,14 @@ _INTEREST = parameter("interest", "constant interest i(s)", default=1.0, low=0.0
 
 ALGORITHM = Algorithm(
     name="etd", label="ETD", init=init, update=update,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"), _INTEREST),
     equations="off-policy emphatic TD(0) of Sutton, Mahmood & White (2016) (no equation in the BEC paper)",
     traces={"f": followon_expectation})
 
 CENTERED = Algorithm(
     name="cetd", label="CETD", init=init_centered, update=update_centered,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"),
                      step_size("beta", "step size of omega, the emphatic-weighted estimate of E[delta]"),
                      _INTEREST),

@@ -47,6 +47,7 @@ def update(state: GTD2State, tr: Transition, alpha: StepSize, eta: float = 1.0) 
 
 ALGORITHM = Algorithm(
     name="gtd2", label="GTD2", init=init, update=update,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"),
                      parameter("eta", "h's step size is eta * alpha", default=1.0, low=0.0, low_open=True)),
     equations="GTD2 of Sutton et al. (2009) (no equation in the BEC paper), as in Ghiassian et al. (2020)'s code")

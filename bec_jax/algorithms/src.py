@@ -45,6 +45,7 @@ def update(state: SRCState, tr: Transition, alpha: StepSize, beta: StepSize) -> 
 
 ALGORITHM = Algorithm(
     name="src", label="SRC", init=init, update=update,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"),
                      step_size("beta", "step size of rbar, the average-reward estimate")),
     equations="eqs. (9)-(11) [src1, src2, src3] (Naik et al. 2024), rho on theta only")

@@ -35,5 +35,6 @@ def update(state: TDState, tr: Transition, alpha: StepSize) -> TDState:
 
 ALGORITHM = Algorithm(
     name="td", label="TD", init=init, update=update,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"),),
     equations="eq. (7) [td(0)theta]; off-policy eq. (8), with rho on theta")

@@ -42,6 +42,7 @@ def update(state: TDCState, tr: Transition, alpha: StepSize, zeta: StepSize) -> 
 
 ALGORITHM = Algorithm(
     name="tdc", label="TDC", init=init, update=update,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"),
                      step_size("zeta", "step size of the auxiliary weights u")),
     equations="eqs. (32)-(33) [thetavmtdc, uvmtdc] with omega = 0 (Sutton et al. 2009), rho on both")

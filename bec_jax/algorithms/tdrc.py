@@ -50,6 +50,7 @@ def update(state: TDRCState, tr: Transition, alpha: StepSize, eta: float = 1.0,
 
 ALGORITHM = Algorithm(
     name="tdrc", label="TDRC", init=init, update=update,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"),
                      parameter("eta", "h's step size is eta * alpha", default=1.0, low=0.0, low_open=True),
                      parameter("reg", "the regularisation beta of h (0: TDC as Ghiassian et al.'s code)",

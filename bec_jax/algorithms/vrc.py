@@ -45,6 +45,7 @@ def update(state: VRCState, tr: Transition, alpha: StepSize, beta: StepSize) -> 
 
 ALGORITHM = Algorithm(
     name="vrc", label="VRC", init=init, update=update,
+    shares_scalars=True,
     hyperparameters=(step_size("alpha", "step size of theta"),
                      step_size("beta", "step size of rbar, the estimate of E[delta]")),
     equations="eqs. (12)-(13) [rewardcentering1, rewardcentering2] (Naik et al. 2024)")

@@ -71,9 +71,10 @@ class _Member(NamedTuple):
     axes: object       # the state's vmap axes
     check_axes: object  # the axes the divergence check reads (traces left out)
     update: Callable   # (states (N, G, ...), transitions (N, ...) or, per point, (N, G, ...), values) -> states
+    share: bool        # update traced under `algorithms.sharing` (form and algorithm both opt in)
 
 
-def _member(spec: SweepSpec, group: Group, k: int, dtype, tr_axis) -> _Member:
+def _member(spec: SweepSpec, group: Group, k: int, dtype, tr_axis, form: KernelForm) -> _Member:
     alg = spec.algorithm_def
     schedule = spec.schedule
     static = dict(group.static)
@@ -114,7 +115,7 @@ def _member(spec: SweepSpec, group: Group, k: int, dtype, tr_axis) -> _Member:
     # (faster, the same bits; benchmarks/README.md).
     update = jax.vmap(jax.vmap(update_one, in_axes=(axes, tr_axis, 0), out_axes=axes),
                       in_axes=(axes, 0, None), out_axes=axes)
-    return _Member(alg, traced, axes, check_axes, update)
+    return _Member(alg, traced, axes, check_axes, update, form.share and alg.shares_scalars)
 
 
 def _bcast(mask: jax.Array, x: jax.Array) -> jax.Array:
@@ -232,7 +233,7 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     # point sample its own (the same transitions either way).
     per_model = 1 < E <= chunk
     tr_axis = None if E == 1 else 0
-    members = tuple(_member(s, g, k, dtype, tr_axis) for s, g in ((spec, group), *others))
+    members = tuple(_member(s, g, k, dtype, tr_axis, form) for s, g in ((spec, group), *others))
     form = Form(dtype=dtype, E=E, per_model=per_model, tables_np=tables_np, step_fn=step_fn, nu=nu, K=K, L=L,
                 report_every=report_every, bound=bound, theta0=theta0, mets=mets, stacked=stacked,
                 nonzero=nonzero, members=members, form=form, on_block=on_block)
@@ -324,9 +325,17 @@ def _step(f: Form, ctx: Context, carry, u):
         if f.per_model:  # (N, E) -> (N, G): each point its model's transition
             tr = jax.tree_util.tree_map(lambda x: x[:, ctx.env_idx], tr)
     # A uniform of this step: a number XLA cannot fold, as `sharing` needs.
-    with sharing(u.reshape(-1)[0]) if f.form.share else contextlib.nullcontext():
-        states = tuple(mb.update(st, tr, hp) for mb, st, hp in zip(f.members, states, ctx.hp_vals))
+    token = u.reshape(-1)[0] if any(mb.share for mb in f.members) else None
+    states = tuple(_update(mb, st, tr, hp, token) for mb, st, hp in zip(f.members, states, ctx.hp_vals))
     return (states, samp), None
+
+
+def _update(mb: _Member, states, tr, hp, token):
+    """A member's update of its runs; under `algorithms.sharing(token)` where
+    the member shares its scalars (the form's `share` and the algorithm's
+    declared `Algorithm.shares_scalars`: the algorithm's contract)."""
+    with sharing(token) if mb.share else contextlib.nullcontext():
+        return mb.update(states, tr, hp)
 
 
 def _draw(f: Form, ctx: Context, j):
