@@ -130,7 +130,7 @@ def _split(x: jax.Array, sizes: tuple) -> list:
     return jnp.split(x, np.cumsum(sizes)[:-1].tolist())
 
 
-class Form(NamedTuple):
+class Parts(NamedTuple):
     """What a group's program is made of, fixed before tracing (`make_kernel`): the
     explicit context the kernel's functions read besides their arguments."""
 
@@ -171,7 +171,7 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     """The traced pieces of a group's program: the context of a (seed, grid
     chunk, seed range), the start state, a run of log blocks, and the end.
 
-    Each piece is a top-level function of the `Form` made here (what the program
+    Each piece is a top-level function of the `Parts` made here (what the program
     is made of) and the `Context` `setup` makes inside the trace. The whole-run
     program (`programs.make_program`) chains them once over the whole time axis;
     the segmented programs (`programs.make_segment_programs`) call the same pieces over a part of the
@@ -234,14 +234,14 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     per_model = 1 < E <= chunk
     tr_axis = None if E == 1 else 0
     members = tuple(_member(s, g, k, dtype, tr_axis, form) for s, g in ((spec, group), *others))
-    form = Form(dtype=dtype, E=E, per_model=per_model, tables_np=tables_np, step_fn=step_fn, nu=nu, K=K, L=L,
-                report_every=report_every, bound=bound, theta0=theta0, mets=mets, stacked=stacked,
-                nonzero=nonzero, members=members, form=form, on_block=on_block)
-    return Kernel(partial(_setup, form), partial(_start, form), partial(_blocks, form), partial(_finish, form),
+    parts = Parts(dtype=dtype, E=E, per_model=per_model, tables_np=tables_np, step_fn=step_fn, nu=nu, K=K, L=L,
+                  report_every=report_every, bound=bound, theta0=theta0, mets=mets, stacked=stacked,
+                  nonzero=nonzero, members=members, form=form, on_block=on_block)
+    return Kernel(partial(_setup, parts), partial(_start, parts), partial(_blocks, parts), partial(_finish, parts),
                   tuple(mb.axes for mb in members))
 
 
-def _setup(f: Form, seed, grids, offset, N) -> Context:
+def _setup(f: Parts, seed, grids, offset, N) -> Context:
     """The context of seeds offset .. offset + N - 1 of base seed `seed` on `grids`
     (one grid chunk per member)."""
     sizes = tuple(g[ENV_INDEX].shape[0] for g in grids)
@@ -258,7 +258,7 @@ def _setup(f: Form, seed, grids, offset, N) -> Context:
     return Context(sizes, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
 
 
-def _metric_values(f: Form, ctx: Context, states):
+def _metric_values(f: Parts, ctx: Context, states):
     """(M, G, N) metric values of the states (seed-major: (N, G, ...)).
 
     Taken grid-major, on each weight's column turned (G, N), as before the
@@ -279,7 +279,7 @@ def _report(vals, keep, per_seed, exact_ties=False, count=None):
     return log_point(vals, keep, exact_ties, count=count)
 
 
-def _start(f: Form, ctx: Context, per_seed):
+def _start(f: Parts, ctx: Context, per_seed):
     """(carry, the step-0 report): every run at its model's start."""
     N, E, dtype = ctx.N, f.E, f.dtype
     u0 = jax.vmap(lambda key: jax.random.uniform(key, dtype=dtype))(ctx.init_keys)  # (N,)
@@ -313,7 +313,7 @@ def _start(f: Form, ctx: Context, per_seed):
     return (states, samp, dstep, seed_major(vals0)), _report(vals0, alive0, per_seed, exact_ties=True)
 
 
-def _step(f: Form, ctx: Context, carry, u):
+def _step(f: Parts, ctx: Context, carry, u):
     """One step of every run: a transition per seed (and model), every update."""
     states, samp = carry
     if f.E == 1:
@@ -338,12 +338,12 @@ def _update(mb: _Member, states, tr, hp, token):
         return mb.update(states, tr, hp)
 
 
-def _draw(f: Form, ctx: Context, j):
+def _draw(f: Parts, ctx: Context, j):
     """(K, N, nu): log block j's uniforms, step axis first."""
     return jnp.swapaxes(jax.vmap(lambda kk: block_uniforms(kk, j, f.K, f.nu, f.dtype))(ctx.stream_keys), 0, 1)
 
 
-def _block(f: Form, ctx: Context, carry, j, u, per_seed):
+def _block(f: Parts, ctx: Context, carry, j, u, per_seed):
     """Log block j: (states, samp, dstep) -> the same, its metric values, its report."""
     states, samp, dstep = carry
     if f.form.paired:
@@ -379,7 +379,7 @@ def _block(f: Form, ctx: Context, carry, j, u, per_seed):
     return (states, samp, dstep), vals, _report(vals, keep, per_seed, count=count)
 
 
-def _blocks(f: Form, ctx: Context, carry, js, per_seed):
+def _blocks(f: Parts, ctx: Context, carry, js, per_seed):
     """The log blocks `js` in turn: (carry, their reports stacked)."""
     def one(c, j):
         *c, auc_sum = c
@@ -413,7 +413,7 @@ def _blocks(f: Form, ctx: Context, carry, js, per_seed):
     return carry, ys
 
 
-def _finish(f: Form, ctx: Context, carry):
+def _finish(f: Parts, ctx: Context, carry):
     """Per-seed finals, areas and divergence steps, the grid axis first."""
     states, _, dstep, auc_sum = carry
     auc_sum = seed_major(auc_sum)  # (M, N, G) -> (M, G, N)
