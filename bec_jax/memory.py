@@ -1,5 +1,7 @@
-"""Memory planning: the size of a prediction sweep on every axis, what fits where,
-and a clear refusal when something cannot.
+"""Memory planning: the size of a sweep on every axis, what fits where, and a
+clear refusal when something cannot. The terms below are a prediction sweep's
+(`sizes`); another front gives `plan` its own (`Sizes`, e.g. the control
+front's `bec_jax.control.sweep.sizes`) and the same plan follows.
 
 A sweep of G grid points x N seeds x L log points runs as compiled calls of at
 most `grid` points x `seeds` seeds x `blocks` log blocks (a *segment*). The model
@@ -207,10 +209,12 @@ class Sizes(NamedTuple):
     finals: int        # bytes per (grid point, seed) of finals
     carry: int         # host bytes of a run's carried state between calls
     log_points: int    # L + 1
+    block_steps: int = 1  # steps per log block (K)
 
 
 def sizes(spec) -> Sizes:
-    """The sizes of `spec` (a `SweepSpec`): the state's from the algorithm's init."""
+    """The sizes of a prediction `SweepSpec`: the state's from the algorithm's
+    init. (Another front gives its own terms to `plan`, `sz`.)"""
     item = jnp.dtype(spec.dtype).itemsize
     k = spec.mdp().num_features
     shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((k,), jnp.dtype(spec.dtype)))
@@ -225,7 +229,7 @@ def sizes(spec) -> Sizes:
                  per_seed=UNIFORM_COPIES * spec.log_every * nu * item + 32,
                  report_stats=3 * M * item + 4, report_seed=M * item + 1,
                  finals=2 * M * item + 4, carry=state + 8 + M * item,
-                 log_points=spec.num_logs)
+                 log_points=spec.num_logs, block_steps=spec.log_every)
 
 
 def call_bytes(sz: Sizes, grid: int, seeds: int, blocks: int, per_seed: bool) -> int:
@@ -314,7 +318,7 @@ def default_budget(device) -> int:
 
 def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_size: int | None = None,
          seed_chunk: int | None = None, segment_blocks: int | None = None, device=None,
-         out: str | None = None, host_budget: int | None = None) -> Plan:
+         out: str | None = None, host_budget: int | None = None, sz: Sizes | None = None) -> Plan:
     """The plan of `spec` on `n_devices` devices: the largest grid chunk that fits
     the budget with every seed; if one grid point's seeds do not fit, seed chunks;
     segments of at most SEGMENT_UPDATES updates whose reports fit a quarter of the
@@ -322,11 +326,13 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     (results do not depend on it). `TooLarge` (a ValueError, one line naming the
     field) when even one seed of one point does not fit the budget, when the host
     cannot hold the per-seed results, or (with `out`) when the disk cannot hold the files.
+    `sz`: the spec's size terms (default `sizes(spec)`, a prediction sweep's;
+    a front with other programs gives its own, see `engine.protocol`).
     """
     device = device if device is not None else jax.devices()[0]
     budget = int(memory_budget) if memory_budget is not None else default_budget(device)
-    sz = sizes(spec)
-    N, L, G_all = spec.seeds, spec.steps // spec.log_every, spec.num_points
+    sz = sz if sz is not None else sizes(spec)
+    N, L, G_all = spec.seeds, sz.log_points - 1, spec.num_points
 
     # Seeds per call: every seed if one grid point (per device) fits, else the most that do.
     one_point = call_bytes(sz, 1, N, 1, False)
@@ -360,7 +366,7 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
         per_point = call_bytes(sz, 1, N, 1, False) - N * sz.per_seed
         grid = max(1, min(G_all, (budget - N * sz.per_seed) // max(per_point, 1)))
         cache = _cache_bytes(device, n_devices, memory_budget)
-        if cache is not None:
+        if cache is not None and sz.carry:  # (a front that carries nothing between blocks: no such limit)
             fit = max(1, cache // (N * sz.carry))  # equal chunks share one compiled program
             if fit < grid:
                 grid = -(-G_all // -(-G_all // fit))
@@ -371,7 +377,7 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     if segment_blocks is not None:
         blocks = max(1, int(segment_blocks))
     else:
-        cost_per_block = grid * seeds * spec.log_every + BLOCK_OVERHEAD
+        cost_per_block = grid * seeds * sz.block_steps + BLOCK_OVERHEAD
         by_time = max(1, SEGMENT_UPDATES // cost_per_block)
         report = grid * seeds * sz.report_seed if per_seed else grid * sz.report_stats
         by_bytes = max(1, (budget // SEGMENT_REPORT_FRACTION) // max(report, 1))

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bec_jax import files
-# NpyFile is imported here only for bec_jax.sweep, which takes it from results (until it imports files).
-from bec_jax.files import (  # noqa: F401
+from bec_jax.files import (
     CURVES_FILE,
     GRID_PREFIX,
     LOG_LAYOUT,
@@ -29,7 +28,6 @@ from bec_jax.files import (  # noqa: F401
     META_FILE,
     SUMMARY_CSV,
     SUMMARY_FILE,
-    NpyFile,
     atomic_write,
     copy_rows,
     csv_text,

@@ -36,6 +36,8 @@ from typing import Callable
 import numpy as np
 
 from bec_jax import memory, watchdog
+from bec_jax.control.spec import KIND as CONTROL_KIND
+from bec_jax.control.spec import ControlSpec
 from bec_jax.files import LOG_LAYOUT, TMP_PREFIX, NpyFile, atomic_write, open_log, write_json
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
@@ -100,25 +102,18 @@ def prepare_out_dir(out: str, overwrite: bool, allow: Callable[[str], bool] | No
         raise RunError(f"out: cannot write to {out!r} ({e.strerror})") from None
 
 
-# ------------------------------------------------------------------ the engine of a spec
+# ------------------------------------------------------------------ specs and their fronts
+#
+# A spec names its front (`spec.engine`, an `engine.protocol.Engine`): the runner
+# plans, runs and resumes through it and never asks what kind of spec it holds.
 
-def engine(spec):
-    """The module that plans and runs `spec`: `bec_jax.sweep` for a prediction
-    `SweepSpec`, `bec_jax.control.sweep` for a `ControlSpec` (the same functions:
-    plan_chunk, num_chunks, plan, run_chunks, run)."""
-    if isinstance(spec, SweepSpec):
-        from bec_jax import sweep
-        return sweep
-    from bec_jax.control import sweep as control_sweep
-    return control_sweep
+SPEC_KINDS = {None: SweepSpec, CONTROL_KIND: ControlSpec}  # a spec dict's "kind" -> its class
 
 
 def spec_from_dict(d: dict):
-    """A `SweepSpec` or, for a dict with kind "control", a `ControlSpec`."""
-    if isinstance(d, dict) and d.get("kind") == "control":
-        from bec_jax.control.spec import ControlSpec
-        return ControlSpec.from_dict(d)
-    return SweepSpec.from_dict(d)
+    """The spec a dict describes: its "kind" names the class (none: a `SweepSpec`)."""
+    kind = d.get("kind") if isinstance(d, dict) else None
+    return SPEC_KINDS.get(kind, SweepSpec).from_dict(d)
 
 
 # ------------------------------------------------------------------ the chunk store
@@ -158,8 +153,8 @@ class ChunkStore:
     def _write_manifest(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str,
                         layout: dict | None = None) -> None:
         write_json(self.manifest_path, {
-            "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": engine(spec).num_chunks(spec, chunk_size),
-            "num_devices": num_devices, "backend": backend, "env_fingerprints": _fingerprints(spec),
+            "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": spec.engine.num_chunks(spec, chunk_size),
+            "num_devices": num_devices, "backend": backend, "env_fingerprints": spec.engine.fingerprints(spec),
             **(layout or {})})
 
     def start(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str,
@@ -183,7 +178,7 @@ class ChunkStore:
                                f"({old[k]!r} there, {new[k]!r} here); resume with the same spec "
                                "or start over with --overwrite")
         fp = m.get("env_fingerprints")
-        if fp is not None and fp != _fingerprints(spec):
+        if fp is not None and fp != spec.engine.fingerprints(spec):
             raise RunError(f"env: the model of {spec.env!r} has changed since the interrupted run in "
                            f"{self.out_dir!r}; start over with --overwrite")
         if chunk_size is not None and chunk_size != m["chunk_size"]:
@@ -319,13 +314,6 @@ class ChunkStore:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _fingerprints(spec: SweepSpec) -> list[str]:
-    from bec_jax.mdp import fingerprint
-    if not isinstance(spec, SweepSpec):
-        return []
-    return sorted({fingerprint(m) for m in spec.point_mdps()})
-
-
 # ------------------------------------------------------------------ signals
 
 class Interrupted(KeyboardInterrupt):
@@ -391,7 +379,7 @@ def check_resume(spec: SweepSpec, out: str, chunk_size: int | None = None) -> di
     if store.exists():
         m = store.check(spec)
         if chunk_size is not None:
-            if engine(spec).plan_chunk(spec, chunk_size, m["num_devices"]) != m["chunk_size"]:
+            if spec.engine.plan_chunk(spec, chunk_size, m["num_devices"]) != m["chunk_size"]:
                 raise RunError(f"chunk_size: the interrupted run used chunks of {m['chunk_size']}, got "
                                f"{chunk_size}; resume with the same --chunk-size (or leave it out)")
         return m
@@ -459,7 +447,6 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
         if not resume:
             raise RunError("spec: required unless resuming")
         spec = resume_spec(out)
-    sweep = engine(spec)
     store = ChunkStore(out)
     writer = is_writer()
     devices = list(devices) if devices is not None else jax.devices()
@@ -470,52 +457,30 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
         n = manifest["num_devices"]
         if len(devices) >= n and jax.process_count() == 1:
             devices = devices[:n]  # the same sharding as before
-    layout, extra = {}, {}
-    if isinstance(spec, SweepSpec):
-        # The memory plan, before anything is written: a run that cannot fit is
-        # refused here (memory.TooLarge, one line naming the field). The sweep
-        # runs by this very plan.
-        if manifest is not None:  # the layout the run started with
-            forced = dict(chunk_size=manifest["chunk_size"], seed_chunk=manifest.get("seeds_per_call"),
-                          segment_blocks=manifest.get("blocks_per_segment"))
-        else:
-            grid_chunk = None if chunk_size is None else sweep.plan_chunk(spec, chunk_size, len(devices))
-            forced = dict(chunk_size=grid_chunk, seed_chunk=sweep_kwargs.get("seed_chunk"),
-                          segment_blocks=sweep_kwargs.get("segment_blocks"))
-        try:  # the plan traces the algorithm's init: a user's may fail here
-            pl = memory.plan(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
-                             device=devices[0], out=out, **forced)
-        except Exception as e:
-            _raise_contained(e, spec, "")
-            raise
-        sweep_kwargs = {k: v for k, v in sweep_kwargs.items()
-                        if k not in ("seed_chunk", "segment_blocks", "memory_budget")}
-        layout = {"seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks}
-        extra = {"memory_plan": pl, "out": out,
-                 "outputs": store if writer else None,
-                 "alloc": _log_alloc(out) if pl.lazy and writer else None}
+    pl = _memory_plan(spec, out, manifest, chunk_size, devices, sweep_kwargs)
+    sweep_kwargs = {k: v for k, v in sweep_kwargs.items() if k not in ("seed_chunk", "segment_blocks", "memory_budget")}
+    layout = {"seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks}
     created = not os.path.exists(out)
     if writer:
         prepare_out_dir(out, overwrite, allow=lambda d: resume)
+    chunk = manifest["chunk_size"] if manifest is not None else pl.grid
     if manifest is not None:
         # Fewer devices than before is fine: the chunk layout depends on the spec and
         # chunk size only, and results do not depend on the device count.
-        chunk = manifest["chunk_size"]
-        if manifest["num_chunks"] != sweep.num_chunks(spec, chunk):
+        if manifest["num_chunks"] != spec.engine.num_chunks(spec, chunk):
             raise RunError(f"resume: {store.manifest_path!r} is inconsistent; start over with --overwrite")
         done = store.load_done()
     else:
-        chunk = pl.grid if layout else sweep.plan_chunk(spec, chunk_size, len(devices))
         if writer:
             store.start(spec, chunk, len(devices), devices[0].platform, layout)
         done = {}
-    total = sweep.num_chunks(spec, chunk)
+    total = spec.engine.num_chunks(spec, chunk)
     on_chunk, count = _saving(store, writer, stop, total - len(done), len(done), total)
-    if layout:
-        extra["on_segment"] = _segment_stop(stop, count, total)
     try:
-        result = sweep.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
-                           **sweep_kwargs, **extra)
+        result = spec.engine.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
+                                 memory_plan=pl, out=out, outputs=store if writer else None,
+                                 alloc=_log_alloc(out) if pl.lazy and writer else None,
+                                 on_segment=_segment_stop(stop, count, total), **sweep_kwargs)
         if writer:
             result.save(out)
     except Interrupted as e:
@@ -531,6 +496,27 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     if writer:
         store.remove()
     return result
+
+
+def _memory_plan(spec, out: str, manifest: dict | None, chunk_size: int | None, devices,
+                 sweep_kwargs: dict) -> memory.Plan:
+    """The memory plan (`spec.engine.plan_memory`), before anything is written: a
+    run that cannot fit is refused here (memory.TooLarge, one line naming the
+    field). The sweep runs by this very plan; a resume keeps the layout the run
+    started with."""
+    if manifest is not None:
+        forced = dict(chunk_size=manifest["chunk_size"], seed_chunk=manifest.get("seeds_per_call"),
+                      segment_blocks=manifest.get("blocks_per_segment"))
+    else:
+        grid_chunk = None if chunk_size is None else spec.engine.plan_chunk(spec, chunk_size, len(devices))
+        forced = dict(chunk_size=grid_chunk, seed_chunk=sweep_kwargs.get("seed_chunk"),
+                      segment_blocks=sweep_kwargs.get("segment_blocks"))
+    try:  # the plan traces the algorithm's init: a user's may fail here
+        return spec.engine.plan_memory(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
+                                       device=devices[0], out=out, **forced)
+    except Exception as e:
+        _raise_contained(e, spec, "")
+        raise
 
 
 def _saved_note(saved: int, total: int, store: ChunkStore) -> str:
@@ -580,22 +566,21 @@ def user_failure(e: BaseException, spec) -> str | None:
     user's own module (not bec_jax's); else None. An error in a host callback
     reaches here as JAX's runtime error carrying the callback's traceback as
     text, whose frames count too."""
-    if not isinstance(spec, SweepSpec):
-        return None
     alg = spec.algorithm_def
+    code = [f for f in (getattr(alg, n, None) for n in ("update", "apply", "init")) if callable(f)]
     ref = spec.algorithm if isinstance(spec.algorithm, str) else alg.name
     mods = [ref.partition(":")[0]] if ":" in ref else []
-    mods += [getattr(f, "__module__", None) for f in (alg.update, alg.init)]
+    mods += [getattr(f, "__module__", None) for f in code]
     mods = [m for m in dict.fromkeys(mods) if m and m != "bec_jax" and not m.startswith("bec_jax.")]
     files = set()
     for m in mods:
         path = getattr(sys.modules.get(m), "__file__", None)
         if path:
             files.add(os.path.realpath(path))
-    for f in (alg.update, alg.init):
-        code = getattr(f, "__code__", None)
-        if code is not None and getattr(f, "__module__", None) in mods:
-            files.add(os.path.realpath(code.co_filename))
+    for f in code:
+        co = getattr(f, "__code__", None)
+        if co is not None and getattr(f, "__module__", None) in mods:
+            files.add(os.path.realpath(co.co_filename))
     if not files:
         return None
     seen, x = set(), e
@@ -661,7 +646,7 @@ def _saving(store: ChunkStore, writer: bool, stop: StopOnSignal | None, todo: in
 
 def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> dict:
     """`run_to_dir(part=(K, N))`: this part's chunks into the shared chunk store."""
-    sweep = engine(spec)
+    sweep = spec.engine
     if store.exists():
         store.check(spec)
     elif os.path.isdir(out) and _entries(out) and not os.path.isdir(store.dir):
@@ -676,13 +661,10 @@ def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> di
     mine = {i for i in range(total) if i % n == k - 1}
     done = store.load_done(clean=False)
     on_chunk, count = _saving(store, True, stop, len(mine - set(done)), len(done), total)
-    layout = {}
-    if isinstance(spec, SweepSpec):  # a long or large chunk runs in segments here too
-        pl = memory.plan(spec, len(devices), chunk_size=chunk, out=out)
-        layout = dict(seeds_per_call=pl.seeds, blocks_per_segment=pl.blocks, outputs=store,
-                      on_segment=_segment_stop(stop, count, total))
+    pl = sweep.plan_memory(spec, len(devices), chunk_size=chunk, out=out)  # a long or large chunk: segments
     sweep.run_chunks(spec, groups, chunks, devices, done=done, only=mine, on_chunk=on_chunk, progress=progress,
-                     **layout)
+                     seeds_per_call=pl.seeds, blocks_per_segment=pl.blocks, outputs=store,
+                     on_segment=_segment_stop(stop, count, total))
     return {"part": f"{k}/{n}", "chunks_done": len(store.load_done(clean=False)), "chunks_total": total}
 
 
@@ -701,7 +683,6 @@ def confirm(result: SweepResult, out: str, seeds: int, metric: str | None = None
     of many settings on the same seeds that report its error flatters it; the
     confirmation numbers do not have that bias (Patterson et al. 2024,
     "Empirical design in reinforcement learning")."""
-    from bec_jax import sweep
     spec = result.spec
     if spec is None:
         raise RunError("confirm: the result's spec cannot be rebuilt here (its environment or algorithm "
@@ -711,7 +692,7 @@ def confirm(result: SweepResult, out: str, seeds: int, metric: str | None = None
     b = result.best_index(metric)
     point = result.point(b)
     fresh = spec.replace(points=[point], seeds=seeds, seed_offset=spec.seed_offset + spec.seeds)
-    again = sweep.run(fresh, **sweep_kwargs)
+    again = fresh.engine.run(fresh, **sweep_kwargs)
     if is_writer():
         again.save(os.path.join(out, CONFIRM_DIR))
 

@@ -9,6 +9,7 @@ checks and the same one-line `ValueError` naming the field.
 """
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import keyword
@@ -159,6 +160,8 @@ class ScheduleSpec:
     def __repr__(self):
         return f"ScheduleSpec({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
 
+
+ENGINE = "bec_jax.sweep"  # the front of a prediction sweep (`SweepSpec.engine`)
 
 # The spec's own fields (everything else in a table is a hyperparameter).
 FIELDS = ("env", "algorithm", "hyperparameters", "env_params", "points", "schedule", "seeds", "steps",
@@ -407,6 +410,12 @@ class SweepSpec:
                                  f"(its step sizes: {', '.join(alg.step_sizes) or 'none'}); remove it")
 
     # -- the grid --------------------------------------------------------------
+    @property
+    def engine(self):
+        """The front that plans and runs this spec, `bec_jax.sweep` (an
+        `engine.protocol.Engine`), found by name: it sits above the spec."""
+        return importlib.import_module(ENGINE)
+
     @property
     def algorithm_def(self) -> Algorithm:
         """The `Algorithm` this spec runs."""

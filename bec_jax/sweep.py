@@ -28,6 +28,8 @@ runs several sweeps, one program for those that differ only in algorithm and
 step sizes (`make_joint_program`), each result as `run` gives it. The engine's
 pieces live in `bec_jax.engine` (one job per module); the names re-exported
 here are the ones users and the rest of the library call through `sweep`.
+This module is the prediction front of the engine (`engine.protocol.Engine`,
+named by `SweepSpec.engine`), as `bec_jax.control.sweep` is the control front.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from bec_jax import memory, provenance
+from bec_jax import memory
 from bec_jax.engine import execute, tuning
 from bec_jax.engine.execute import BlockProgress, ChunkRun, MemoryOutputs, fetch, place, placements, run_chunks
 from bec_jax.engine.plan import Chunk, Group, chunk_grid, num_chunks, pad, plan, plan_chunk, plan_groups
@@ -48,13 +50,19 @@ from bec_jax.engine.programs import (Program, SegmentPrograms, make_joint_progra
 from bec_jax.engine.streams import seed_keys, seed_transitions
 from bec_jax.engine.tuning import (CPU_COMPILER_OPTIONS, CPU_LIGHT_OPTIONS, LIGHT_COMPILE_UPDATES, clear_compiled,
                                    KernelForm, choose_form, memo_get, memo_key, memo_put)
+from bec_jax.engine.protocol import check_dtype, gather, run_meta
+from bec_jax.files import NpyFile
 from bec_jax.mdp import fingerprint
-from bec_jax.results import NpyFile, SweepResult, copy_rows
+from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
+
+KIND = "prediction"
+SEGMENTS = True        # a chunk may run in time segments and seed chunks
+BLOCK_PROGRESS = True  # programs report log blocks to a progress bar
 
 __all__ = [
     # the prediction front
-    "run", "run_many", "shared_programs", "cost_note", "assemble", "gather",
+    "run", "run_many", "shared_programs", "cost_note", "assemble", "gather", "plan_memory", "fingerprints",
     # re-exported from bec_jax.engine
     "Group", "Chunk", "plan_groups", "plan_chunk", "plan", "num_chunks", "chunk_grid",
     "seed_keys", "seed_transitions",
@@ -94,21 +102,14 @@ def _check_finite(cat: dict) -> None:
                       + "); these statistics are not trustworthy", RuntimeWarning, stacklevel=3)
 
 
-def gather(num_points: int, groups: list[Group], chunks: list[Chunk], results: dict,
-           alloc: Callable | None = None) -> dict:
-    """{output: array with the grid axis first, in grid order} from every
-    chunk's outputs (`results[i]` for chunk i). `alloc(name, shape, dtype)`
-    makes each array (default `np.empty`; for logs that stream to disk a
-    `results.NpyFile`, written a slab at a time)."""
-    alloc = alloc or (lambda name, shape, dtype: np.empty(shape, dtype))
-    cat = {}
-    for name in results[0]:
-        first = results[0][name]
-        arr = alloc(name, (num_points,) + first.shape[1:], first.dtype)
-        for i, c in enumerate(chunks):
-            copy_rows(arr, groups[c.group].indices[c.indices[: c.n]], results[i][name])
-        cat[name] = arr
-    return cat
+def plan_memory(spec: SweepSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
+    """The memory plan of `spec` (`memory.plan`, with a prediction sweep's sizes)."""
+    return memory.plan(spec, n_devices, **kwargs)
+
+
+def fingerprints(spec: SweepSpec) -> list[str]:
+    """The fingerprints of the grid's models, which a resume checks."""
+    return sorted({fingerprint(m) for m in spec.point_mdps()})
 
 
 def _steps(spec: SweepSpec, alloc: Callable | None) -> np.ndarray:
@@ -200,13 +201,11 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
     diverged seed's final values are +inf (see `SweepResult`). A run that cannot
     fit raises `memory.TooLarge` before any work.
     """
-    if spec.dtype == "float64" and not jax.config.jax_enable_x64:
-        raise ValueError("dtype: float64 needs JAX's 64-bit mode; set JAX_ENABLE_X64=1 "
-                         "or jax.config.update('jax_enable_x64', True) before running")
+    check_dtype(spec)
     devices = list(devices) if devices is not None else jax.devices()
     if chunk_size is not None:
         chunk_size = plan_chunk(spec, chunk_size, len(devices))
-    pl = memory_plan or memory.plan(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
+    pl = memory_plan or plan_memory(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
                                     seed_chunk=seed_chunk, segment_blocks=segment_blocks, device=devices[0],
                                     out=out)
     chunk = pl.grid
@@ -220,25 +219,16 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
 
 def _meta(spec: SweepSpec, devices, pl, groups: list[Group], chunks: list[Chunk], ran: ChunkRun,
           resumed: int = 0) -> dict:
-    """A run's `SweepResult.meta`: where and how it ran, and its timings."""
-    return {
-        **provenance.collect(devices),
-        "chunk_size": pl.grid,
-        "num_chunks": len(chunks),
-        "num_programs": len(groups),
-        "seeds_per_call": pl.seeds,
-        "blocks_per_segment": pl.blocks,
-        "memory_estimate": {"device_bytes_per_call": pl.device_bytes, "host_bytes": pl.host_bytes,
-                            "disk_bytes": pl.disk_bytes, "budget": pl.budget},
-        "compiled_programs": ran.programs,
-        "resumed_chunks": resumed,
-        "compile_time_s": ran.compile_time_s,
-        "run_time_s": ran.run_time_s,
-        "updates": spec.num_points * spec.seeds * spec.steps,
-        "updates_per_s": (ran.computed_points * spec.seeds * spec.steps / ran.run_time_s
-                          if ran.run_time_s > 0 and ran.computed_points else None),
-        "env_fingerprints": sorted({fingerprint(m) for g in groups for m in g.models}),
-    }
+    """A run's `SweepResult.meta`: where and how it ran (`protocol.run_meta`,
+    with the memory plan's layout), and its timings and updates."""
+    layout = {"num_programs": len(groups), "seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks,
+              "memory_estimate": {"device_bytes_per_call": pl.device_bytes, "host_bytes": pl.host_bytes,
+                                  "disk_bytes": pl.disk_bytes, "budget": pl.budget}}
+    work = {"updates": spec.num_points * spec.seeds * spec.steps,
+            "updates_per_s": (ran.computed_points * spec.seeds * spec.steps / ran.run_time_s
+                              if ran.run_time_s > 0 and ran.computed_points else None),
+            "env_fingerprints": sorted({fingerprint(m) for g in groups for m in g.models})}
+    return run_meta(devices, pl.grid, len(chunks), ran, resumed, layout, work)
 
 
 def _joint_key(spec, devices) -> tuple | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import itertools
 import math
 from typing import Any
@@ -18,6 +19,7 @@ from bec_jax.control import algorithms, tasks
 from bec_jax.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
 KIND = "control"
+ENGINE = "bec_jax.control.sweep"  # the front of this kind (`ControlSpec.engine`)
 DTYPES = ("float32", "float64")
 
 
@@ -128,6 +130,12 @@ class ControlSpec:
                              "give a smaller max_steps or fewer episodes")
 
     # --------------------------------------------------------------- derived
+
+    @property
+    def engine(self):
+        """The front that plans and runs this spec, `bec_jax.control.sweep` (an
+        `engine.protocol.Engine`), found by name: it sits above the spec."""
+        return importlib.import_module(ENGINE)
 
     @property
     def algorithm_def(self):

@@ -12,71 +12,101 @@ The loop is `bec_jax.control.loop` (one run), batched here. A run's randomness
 is fold_in(its seed's stream key, step), so its episodes do not depend on the
 other runs, the chunk size or the device count: the while loop may run a chunk
 longer than one of its runs needs, but steps after a run's last logged episode
-change nothing it reports. Planning, chunking, resume (`runner.run_to_dir`) and
-parts (`--chunks K/N`) are the prediction engine's (`bec_jax.engine.execute.run_chunks`).
+change nothing it reports.
+
+This module is the control front of the engine (`bec_jax.engine.protocol.Engine`):
+the memory plan (`memory.plan` with this front's `sizes`), the chunks
+(`engine.plan.split`), the program record and jit over the grid
+(`engine.programs`), the chunk loop with resume and parts
+(`engine.execute.run_chunks`), the float64 guard, `gather` and the meta record
+(`engine.protocol`) are the engine's. It has no time segments or seed chunks:
+a chunk runs every seed of its points in one call.
 """
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, PartitionSpec
 
-from bec_jax import provenance
+from bec_jax import memory
 from bec_jax.engine import execute
 from bec_jax.engine.layout import state_axes
-from bec_jax.engine.plan import Chunk, Group
-from bec_jax.engine.programs import GRID_AXIS
+from bec_jax.engine.plan import Group, split
+from bec_jax.engine.programs import Program, jit_over_grid, segment_mesh
+from bec_jax.engine.protocol import check_dtype, gather, round_chunk, run_meta
 from bec_jax.engine.streams import per_seed_keys
-from bec_jax.sweep import gather
 from bec_jax.control import loop
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
 from bec_jax.control.transition import q_values
 
+KIND = "control"
+SEGMENTS = False        # a chunk runs every seed of its points in one call
+BLOCK_PROGRESS = False  # a chunk reports when it ends
+STATE_COPIES = 4        # live copies of the learner state in a block (the scan's, the revert's)
+LOOP_BYTES = 256        # a run's loop state (task state, features, counters) and keys
 
-def bytes_per_point(spec: ControlSpec) -> int:
-    """Rough device memory of one grid point: learner states (a few live copies),
-    loop states and the episode buffers of all its seeds."""
+
+def sizes(spec: ControlSpec) -> memory.Sizes:
+    """This front's terms of the memory plan (`memory.Sizes`): per run, the
+    learner state (a few live copies), the loop state and the episode log (the
+    scan's and the revert's copies); as finals, the returns, lengths, divergence
+    step and omega. No log blocks, and nothing carried between calls (so the
+    prediction kernel's CPU cache rule does not apply)."""
     item = np.dtype(spec.dtype).itemsize
     d = spec.make_task().num_features
-    shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((d,), jnp.dtype(spec.dtype)))
-    floats = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(shapes))
-    return spec.seeds * (floats * item * 4 + 256 + spec.episodes * (item + 4) * 3)
+    alg = spec.algorithm_def
+    shapes = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((d,), jnp.dtype(spec.dtype)))
+    axes = jax.tree_util.tree_leaves(state_axes(shapes, alg.counter), is_leaf=lambda a: a is None)
+    state = sum(int(np.prod(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
+                for leaf, ax in zip(jax.tree_util.tree_leaves(shapes), axes) if ax is not None)
+    log = spec.episodes * (item + 4)
+    return memory.Sizes(item=item, metrics=0, state=state, per_run=STATE_COPIES * state + LOOP_BYTES + 2 * log,
+                        per_seed=32, report_stats=0, report_seed=0, finals=log + 4 + item, carry=0,
+                        log_points=1, block_steps=spec.block)
+
+
+def plan_memory(spec: ControlSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
+    """`memory.plan` with this front's `sizes` (kwargs as its); refuses a plan
+    in seed chunks, which this front does not run."""
+    pl = memory.plan(spec, n_devices, sz=sizes(spec), **kwargs)
+    if pl.segmented:
+        raise memory.TooLarge(f"memory_budget: one grid point's {spec.seeds} seeds need about "
+                              f"{memory.human(memory.call_bytes(sizes(spec), 1, spec.seeds, 1, False))} of device "
+                              f"memory; the budget is {memory.human(pl.budget)}; raise --memory-budget or use "
+                              "fewer seeds (a control sweep runs every seed of a point in one call)")
+    return pl
 
 
 def plan_chunk(spec: ControlSpec, chunk_size: int | None = None, n_devices: int = 1,
-               memory_budget: int = 2 << 30) -> int:
+               memory_budget: int | None = None) -> int:
     """Grid points per compiled call: `chunk_size` rounded up to a multiple of the
-    device count, or by default all that fit in `memory_budget` bytes."""
+    device count, or by default all that fit the memory plan."""
     if chunk_size is None:
-        fit = max(1, memory_budget // bytes_per_point(spec))
-        return -(-min(spec.num_points, fit) // n_devices) * n_devices
-    if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size <= 0:
-        raise ValueError(f"chunk_size: must be a positive integer, got {chunk_size!r}")
-    return -(-int(chunk_size) // n_devices) * n_devices
+        return plan_memory(spec, n_devices, memory_budget=memory_budget).grid
+    return round_chunk(chunk_size, n_devices)
 
 
 def plan(spec: ControlSpec, chunk: int):
     """(groups, chunks) as `bec_jax.sweep.plan` gives them: one group (every
     point has the same shapes), chunks of at most `chunk` points."""
     G = spec.num_points
-    group = Group(np.arange(G), [], np.zeros(G, np.int32), ())
-    size = min(chunk, G)
-    chunks = []
-    for start in range(0, G, size):
-        stop = min(start + size, G)
-        chunks.append(Chunk(0, np.minimum(np.arange(start, start + size), stop - 1), stop - start))
-    return [group], chunks
+    groups = [Group(np.arange(G), [], np.zeros(G, np.int32), ())]
+    return groups, split(groups, chunk)
 
 
 def num_chunks(spec: ControlSpec, chunk: int) -> int:
     """How many compiled calls a sweep of `spec` makes with chunks of `chunk` points."""
-    return -(-spec.num_points // min(chunk, spec.num_points))
+    return len(plan(spec, chunk)[1])
+
+
+def fingerprints(spec: ControlSpec) -> list[str]:
+    """What a resume checks beyond the spec: nothing (a task is code, named in the spec)."""
+    return []
 
 
 def chunk_grid(spec: ControlSpec, group, chunk) -> dict:
@@ -108,31 +138,27 @@ def _run_ok(learner, ls, axes, weights: str, bound: float) -> jax.Array:
     return ok
 
 
-@dataclass
-class Program:
-    """`fn(seed, grid)` runs `chunk` grid points for the spec's seeds."""
+class _Context(NamedTuple):
+    """What a control program is made of, fixed before tracing."""
 
     spec: ControlSpec
-    group: object
-    fn: Callable
-    chunk: int
-    mesh: Mesh | None
+    alg: object
+    task: object
+    dtype: object
+    d: int
+    axes: object
+    step_all: Callable
+    max_blocks: int
 
 
-def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on_block=None,
-                 keep_state: bool = False, form=None) -> Program:
-    """The program for chunks of `chunk` grid points (`on_block` and `form` are
-    accepted for the engine's interface and ignored: a control chunk reports when
-    it ends, and runs its own loop).
-    With `keep_state` it also returns the final learner states ("state": a
-    pytree of (chunk, seeds, ...) arrays)."""
+def _context(spec: ControlSpec) -> _Context:
+    """The program's pieces: the task, the algorithm, its state's batch axes and
+    one step of every (grid point, seed) run with the resets of finished episodes."""
     alg = spec.algorithm_def
     task = spec.make_task()
     dtype = jnp.dtype(spec.dtype)
     behaviour = loop.Behaviour(spec.epsilon, spec.epsilon_decay, spec.epsilon_min)
-    cap, gamma, E, K = spec.episode_cap, spec.discount, spec.episodes, spec.block
-    max_blocks = -(-spec.total_steps // K)
-    bound = spec.divergence_bound
+    cap, gamma = spec.episode_cap, spec.discount
     d = task.num_features
     template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((d,), dtype))
     if not hasattr(template, alg.weights):
@@ -156,69 +182,85 @@ def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on
         ls = jax.lax.cond(jnp.any(done), lambda: reset_grid(ls, done, keys_t), lambda: ls)
         return learner, ls, log
 
-    def program(seed, grid):
-        names = spec.names
-        G, N = grid[names[0]].shape[0], spec.seeds
-        hp = {n: grid[n].astype(dtype) for n in names}
-        keys = per_seed_keys(seed, N)
-        init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
-        ls = jax.vmap(lambda k: loop.loop_init(task, k, dtype))(init_keys)
-        ls = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G,) + x.shape), ls)
-        st0 = alg.init(jnp.zeros((d,), dtype))
-        learner = jax.tree_util.tree_map(
-            lambda x, a: x if a is None else jnp.broadcast_to(x, (G, N) + x.shape), st0, axes)
-        log = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G, N) + x.shape), loop.log_init(E, dtype))
-        dstep = jnp.full((G, N), -1, jnp.int32)
+    return _Context(spec, alg, task, dtype, d, axes, step_all, -(-spec.total_steps // spec.block))
 
-        def block(carry):
-            j, learner, ls, log, dstep = carry
 
-            def one(c, i):
-                t = j * K + i
-                keys_t = jax.vmap(lambda k: jax.random.fold_in(k, t))(stream_keys)
-                return step_all(c, keys_t, hp), None
+def _block(ctx: _Context, hp: dict, stream_keys, carry):
+    """One block of `spec.block` steps of every run; a run that left the bound
+    during the block goes back to the block's start and stays there, flagged
+    with the block's last step (the select over every state runs only when
+    some run needs it)."""
+    K, axes = ctx.spec.block, ctx.axes
+    j, learner, ls, log, dstep = carry
 
-            (nl, nls, nlog), _ = jax.lax.scan(one, (learner, ls, log), jnp.arange(K, dtype=jnp.int32))
-            alive = dstep < 0
-            # A run that left the bound during the block goes back to the block's
-            # start and stays there, flagged with the block's last step. The
-            # select over every state runs only when some run needs it.
-            keep = alive & _run_ok(nl, nls, axes, alg.weights, bound)
+    def one(c, i):
+        t = j * K + i
+        keys_t = jax.vmap(lambda k: jax.random.fold_in(k, t))(stream_keys)
+        return ctx.step_all(c, keys_t, hp), None
 
-            def revert(_):
-                sel = lambda n, o: jnp.where(keep.reshape(keep.shape + (1,) * (n.ndim - 2)), n, o)
-                return (jax.tree_util.tree_map(lambda n, o, a: n if a is None else sel(n, o), nl, learner, axes),
-                        jax.tree_util.tree_map(sel, nls, ls), jax.tree_util.tree_map(sel, nlog, log))
+    (nl, nls, nlog), _ = jax.lax.scan(one, (learner, ls, log), jnp.arange(K, dtype=jnp.int32))
+    alive = dstep < 0
+    keep = alive & _run_ok(nl, nls, axes, ctx.alg.weights, ctx.spec.divergence_bound)
 
-            learner, ls, log = jax.lax.cond(jnp.any(keep != alive), revert, lambda _: (nl, nls, nlog), None)
-            dstep = jnp.where(alive & ~keep, (j + 1) * K, dstep)
-            return j + 1, learner, ls, log, dstep
+    def revert(_):
+        sel = lambda n, o: jnp.where(keep.reshape(keep.shape + (1,) * (n.ndim - 2)), n, o)
+        return (jax.tree_util.tree_map(lambda n, o, a: n if a is None else sel(n, o), nl, learner, axes),
+                jax.tree_util.tree_map(sel, nls, ls), jax.tree_util.tree_map(sel, nlog, log))
 
-        def more(carry):
-            j, _, ls, _, dstep = carry
-            return (j < max_blocks) & jnp.any((dstep < 0) & (ls.episodes < E))
+    learner, ls, log = jax.lax.cond(jnp.any(keep != alive), revert, lambda _: (nl, nls, nlog), None)
+    dstep = jnp.where(alive & ~keep, (j + 1) * K, dstep)
+    return j + 1, learner, ls, log, dstep
 
-        _, learner, ls, log, dstep = jax.lax.while_loop(more, block, (jnp.int32(0), learner, ls, log, dstep))
-        out = {"returns": log.returns, "lengths": log.lengths, "diverged_step": dstep}
-        if keep_state:
-            out["state"] = learner
-        for name in ("omega", "rbar"):
-            if hasattr(learner, name):
-                out["omega"] = getattr(learner, name)
-        return out
+
+def _runs(ctx: _Context, keep_state: bool, seed, grid) -> dict:
+    """Every (grid point, seed) run of a chunk, block by block while some live
+    run has fewer than `episodes` episodes (and steps remain)."""
+    spec, task, dtype, d, alg = ctx.spec, ctx.task, ctx.dtype, ctx.d, ctx.alg
+    E = spec.episodes
+    names = spec.names
+    G, N = grid[names[0]].shape[0], spec.seeds
+    hp = {n: grid[n].astype(dtype) for n in names}
+    keys = per_seed_keys(seed, N)
+    init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+    ls = jax.vmap(lambda k: loop.loop_init(task, k, dtype))(init_keys)
+    ls = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G,) + x.shape), ls)
+    st0 = alg.init(jnp.zeros((d,), dtype))
+    learner = jax.tree_util.tree_map(
+        lambda x, a: x if a is None else jnp.broadcast_to(x, (G, N) + x.shape), st0, ctx.axes)
+    log = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G, N) + x.shape), loop.log_init(E, dtype))
+    dstep = jnp.full((G, N), -1, jnp.int32)
+
+    def more(carry):
+        j, _, ls, _, dstep = carry
+        return (j < ctx.max_blocks) & jnp.any((dstep < 0) & (ls.episodes < E))
+
+    _, learner, ls, log, dstep = jax.lax.while_loop(more, partial(_block, ctx, hp, stream_keys),
+                                                    (jnp.int32(0), learner, ls, log, dstep))
+    out = {"returns": log.returns, "lengths": log.lengths, "diverged_step": dstep}
+    if keep_state:
+        out["state"] = learner
+    for name in ("omega", "rbar"):
+        if hasattr(learner, name):
+            out["omega"] = getattr(learner, name)
+    return out
+
+
+def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on_block=None,
+                 keep_state: bool = False, form=None) -> Program:
+    """The program (`engine.programs.Program`) for chunks of `chunk` grid points,
+    jitted over the grid as every front's (`programs.jit_over_grid`). `on_block`
+    and `form` are accepted for the engine's interface and ignored: a control
+    chunk reports when it ends, and runs its own loop.
+    With `keep_state` it also returns the final learner states ("state": a
+    pytree of (chunk, seeds, ...) arrays)."""
+    ctx = _context(spec)
+
+    def program(seed, grid):  # the name XLA's module gets
+        return _runs(ctx, keep_state, seed, grid)
 
     devices = list(devices) if devices is not None else jax.devices()
-    mesh = None
-    if len(devices) > 1:
-        if chunk % len(devices):
-            raise ValueError(f"chunk: must be a multiple of the {len(devices)} devices, got {chunk}")
-        mesh = Mesh(np.array(devices), (GRID_AXIS,))
-        spec_g = PartitionSpec(GRID_AXIS)
-        fn = jax.jit(jax.shard_map(program, mesh=mesh, in_specs=(PartitionSpec(), spec_g),
-                                   out_specs=spec_g, check_vma=False))
-    else:
-        fn = jax.jit(program)
-    return Program(spec=spec, group=group, fn=fn, chunk=chunk, mesh=mesh)
+    mesh = segment_mesh(devices, chunk, False)  # the grid over the devices (None on one)
+    return Program(spec=spec, group=group, fn=jit_over_grid(program, mesh), chunk=chunk, mesh=mesh)
 
 
 def assemble(spec: ControlSpec, groups, chunks, results: dict, meta: dict | None = None) -> ControlResult:
@@ -228,40 +270,34 @@ def assemble(spec: ControlSpec, groups, chunks, results: dict, meta: dict | None
                          diverged_step=cat["diverged_step"], omega=cat.get("omega"), meta=dict(meta or {}))
 
 
-def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memory_budget: int = 2 << 30,
+def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memory_budget: int | None = None,
         progress: bool | None = None, compiler_options: dict | None = None,
         on_chunk: Callable[[int, dict], None] | None = None,
-        done_chunks: dict[int, dict] | None = None) -> ControlResult:
+        done_chunks: dict[int, dict] | None = None, memory_plan: memory.Plan | None = None,
+        out: str | None = None, outputs=None, on_segment: Callable | None = None,
+        alloc: Callable | None = None) -> ControlResult:
     """Runs the control sweep and returns a `ControlResult` (arguments as
     `bec_jax.sweep.run`: chunk_size, devices, memory_budget, progress,
-    compiler_options, on_chunk, done_chunks)."""
-    if spec.dtype == "float64" and not jax.config.jax_enable_x64:
-        raise ValueError("dtype: float64 needs JAX's 64-bit mode; set JAX_ENABLE_X64=1 "
-                         "or jax.config.update('jax_enable_x64', True) before running")
+    compiler_options, on_chunk, done_chunks, memory_plan, out). `outputs`,
+    `on_segment` and `alloc` are the interface's and unused: a control chunk
+    runs in one call, and its logs are small."""
+    check_dtype(spec)
     devices = list(devices) if devices is not None else jax.devices()
-    chunk = plan_chunk(spec, chunk_size, len(devices), memory_budget)
-    groups, chunks = plan(spec, chunk)
-    ran = execute.run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
-                             on_chunk=on_chunk, progress=progress,
-                             engine=sys.modules[__name__])
+    if chunk_size is not None:
+        chunk_size = plan_chunk(spec, chunk_size, len(devices))
+    pl = memory_plan or plan_memory(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
+                                    device=devices[0], out=out)
+    groups, chunks = plan(spec, pl.grid)
+    ran = run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
+                     on_chunk=on_chunk, progress=progress)
     steps = int(sum(int(r["lengths"].sum()) for r in ran.results.values()))
-    meta = {
-        **provenance.collect(devices),
-        "chunk_size": chunk,
-        "num_chunks": len(chunks),
-        "compiled_programs": ran.programs,
-        "resumed_chunks": len(done_chunks or {}),
-        "compile_time_s": ran.compile_time_s,
-        "run_time_s": ran.run_time_s,
+    meta = run_meta(devices, pl.grid, len(chunks), ran, len(done_chunks or {}), work={
         "logged_steps": steps,
-        "steps_per_s": steps / ran.run_time_s if ran.run_time_s > 0 and not done_chunks else None,
-    }
+        "steps_per_s": steps / ran.run_time_s if ran.run_time_s > 0 and not done_chunks else None})
     return assemble(spec, groups, chunks, ran.results, meta)
 
 
-def run_chunks(spec: ControlSpec, groups, chunks, devices, **kwargs):
-    """`bec_jax.engine.execute.run_chunks` with this module's programs (for `--chunks K/N` parts)."""
-    return execute.run_chunks(spec, groups, chunks, devices, engine=sys.modules[__name__], **kwargs)
+run_chunks = execute.run_chunks  # with the programs of the spec's front: this module's
 
 
 def final_states(spec: ControlSpec):

@@ -1,5 +1,7 @@
 """The sweep engine, one job per module (bottom to top):
 
+    protocol    the interface a front implements (Engine), and what fronts share:
+                the float64 guard, chunk rounding, gather, the meta record
     layout      which state leaves are batched; the seed-major axis order
     streams     each seed's random stream (keys, block uniforms, its transitions)
     seed_stats  bit-exact statistics over seeds, in the program and on the host
@@ -10,6 +12,7 @@
     execute     running chunks: placement, segments, progress, checkpoints
 
 The prediction front (`bec_jax.sweep`: `run`, `run_many`, `assemble`) and the
-control front (`bec_jax.control.sweep`) sit above it. Importing this package
-imports none of its modules.
+control front (`bec_jax.control.sweep`) sit above it, each an `Engine`; a spec
+names its front (`spec.engine`). Importing this package imports none of its
+modules.
 """

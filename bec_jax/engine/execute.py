@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bec_jax import memory
-from bec_jax.engine import plan, programs, tuning
+from bec_jax.engine import tuning
 from bec_jax.engine.plan import Chunk, Group, pad
 from bec_jax.engine.programs import GRID_AXIS, make_segment_programs, segment_mesh
 from bec_jax.engine.seed_stats import combine_seeds
@@ -315,10 +315,10 @@ class _Layout(NamedTuple):
 
 def _layout(spec, engine, devices, seeds_per_call: int | None, blocks_per_segment: int | None) -> _Layout:
     """The layout `run_chunks` runs `spec`'s chunks in; refuses one it cannot."""
-    L = spec.steps // spec.log_every if engine is None else 0
+    L = spec.steps // spec.log_every if engine.SEGMENTS else 0
     seeds = min(seeds_per_call or spec.seeds, spec.seeds)
     blocks = min(blocks_per_segment or L, L) if L else 0
-    segmented = engine is None and (seeds < spec.seeds or blocks < L)
+    segmented = engine.SEGMENTS and (seeds < spec.seeds or blocks < L)
     if segmented and jax.process_count() > 1:
         raise ValueError("seeds: a run in time segments or seed chunks does not support jax.distributed yet; "
                          "raise --memory-budget (or give fewer seeds or steps) so it runs in one call per chunk")
@@ -415,10 +415,9 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
                outputs=None, on_segment: Callable | None = None) -> ChunkRun:
     """Compiles each group's program (once, when its first chunk is due) and runs
     every chunk not in `done` (and, with `only`, in `only`); calls
-    `on_chunk(i, arrays)` after chunk i. `engine`: the module whose `make_program`
-    and `chunk_grid` make the programs (default the prediction engine's,
-    `programs.make_program` and `plan.chunk_grid`; control sweeps pass
-    `bec_jax.control.sweep`).
+    `on_chunk(i, arrays)` after chunk i. `engine`: the front whose
+    `make_program` and `chunk_grid` make the programs (an
+    `engine.protocol.Engine`; default the spec's, `spec.engine`).
 
     With `seeds_per_call` below the spec's seeds or `blocks_per_segment` below
     its log blocks (a `memory.Plan`), each chunk runs in segments of the time
@@ -428,9 +427,8 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     state, and raise to stop). A device out-of-memory error raises
     `memory.OutOfMemory` (one line) after checkpointing what it can; the chunks
     finished before it have been passed to `on_chunk`."""
-    make_program = engine.make_program if engine is not None else programs.make_program
-    chunk_grid = engine.chunk_grid if engine is not None else plan.chunk_grid
-    kind = engine.__name__ if engine is not None else "prediction"
+    engine = engine if engine is not None else spec.engine
+    make_program, chunk_grid, kind = engine.make_program, engine.chunk_grid, engine.KIND
     lay = _layout(spec, engine, devices, seeds_per_call, blocks_per_segment)
     outputs = outputs if outputs is not None else MemoryOutputs()
     timing = {"run": 0.0}
@@ -442,7 +440,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     compile_time, t_run, shown, n_compiled = 0.0, 0.0, False, 0
     t_start = time.perf_counter()
     bar = None
-    if todo and engine is None and not lay.segmented and _want_block_progress(progress):
+    if todo and engine.BLOCK_PROGRESS and not lay.segmented and _want_block_progress(progress):
         local = [d for d in devices if d.process_index == jax.process_index()]
         bar = BlockProgress(spec, len(todo), len(chunks), len(local) if len(devices) > 1 else 1,
                             show=jax.process_index() == 0)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bec_jax import memory
+from bec_jax.engine.protocol import round_chunk
 from bec_jax.spec import SweepSpec
 
 ENV_INDEX = "env_index"  # the grid-chunk entry saying which of a group's models a point uses
@@ -77,9 +78,7 @@ def plan_chunk(spec: SweepSpec, chunk_size: int | None = None, n_devices: int = 
     (see `bec_jax.memory.plan`)."""
     if chunk_size is None:
         return memory.plan(spec, n_devices, memory_budget=memory_budget).grid
-    if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size <= 0:
-        raise ValueError(f"chunk_size: must be a positive integer, got {chunk_size!r}")
-    return -(-int(chunk_size) // n_devices) * n_devices
+    return round_chunk(chunk_size, n_devices)
 
 
 def plan(spec: SweepSpec, chunk: int) -> tuple[list[Group], list[Chunk]]:
@@ -88,6 +87,12 @@ def plan(spec: SweepSpec, chunk: int) -> tuple[list[Group], list[Chunk]]:
     depends on the spec and `chunk` only; `run_chunks` pads each chunk to a
     multiple of the device count."""
     groups = plan_groups(spec)
+    return groups, split(groups, chunk)
+
+
+def split(groups: list[Group], chunk: int) -> list[Chunk]:
+    """Each group's points in chunks of at most `chunk` (a group smaller than
+    `chunk` in one chunk of its own size), in group order; every front's layout."""
     chunks = []
     for gi, g in enumerate(groups):
         n = len(g.indices)
@@ -96,7 +101,7 @@ def plan(spec: SweepSpec, chunk: int) -> tuple[list[Group], list[Chunk]]:
             stop = min(start + size, n)
             pos = np.minimum(np.arange(start, start + size), stop - 1)
             chunks.append(Chunk(gi, pos, stop - start))
-    return groups, chunks
+    return chunks
 
 
 def num_chunks(spec: SweepSpec, chunk: int) -> int:

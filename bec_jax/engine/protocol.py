@@ -1,0 +1,124 @@
+"""The engine interface: what a front (a problem kind) gives the engine and the
+runner, and the pieces every front shares.
+
+A front is a module that plans and runs one kind of spec: `bec_jax.sweep` for a
+prediction `SweepSpec`, `bec_jax.control.sweep` for a `ControlSpec`. A spec
+names its front (`spec.engine`); the runner, the study runner and the command
+line call the front through this interface and never ask what kind of spec
+they hold. `execute.run_chunks` takes the front for its programs.
+
+Layout convention, the same for every front: a chunk's programs take
+`(seed, grid)` -- the base seed (a uint32 scalar, replicated) and a dict of
+(chunk,) grid columns, split over a 1-D device mesh on `programs.GRID_AXIS`
+(`programs.jit_over_grid`) -- and return a dict of outputs with the grid axis
+first; inside a program per-run arrays are seed-major where a front batches
+seeds (`engine.layout`). `gather` lays every chunk's outputs out in grid order.
+"""
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+import jax
+import numpy as np
+
+from bec_jax import memory, provenance
+from bec_jax.files import copy_rows
+
+
+class Engine(Protocol):
+    """What a front implements (a module satisfies it structurally).
+
+    Attributes:
+      KIND: the front's name ("prediction", "control"), part of the
+        executable cache's key.
+      SEGMENTS: whether a chunk may run in time segments and seed chunks
+        (`memory.Plan.segmented`); a front without them runs each chunk in one
+        call and its memory plan refuses what does not fit.
+      BLOCK_PROGRESS: whether its programs report log blocks to a progress bar
+        (`make_program`'s `on_block`).
+    """
+
+    KIND: str
+    SEGMENTS: bool
+    BLOCK_PROGRESS: bool
+
+    def plan_memory(self, spec, n_devices: int = 1, **kwargs) -> memory.Plan:
+        """The calibrated `memory.plan` of `spec` with the front's own size
+        terms (`memory.Sizes`); kwargs as `memory.plan`'s."""
+
+    def plan_chunk(self, spec, chunk_size: int | None = None, n_devices: int = 1,
+                   memory_budget: int | None = None) -> int:
+        """Grid points per compiled call (`round_chunk` of `chunk_size`, or the memory plan's)."""
+
+    def plan(self, spec, chunk: int) -> tuple[list, list]:
+        """(groups, chunks): `engine.plan.Group`s and `engine.plan.Chunk`s of at most `chunk` points."""
+
+    def num_chunks(self, spec, chunk: int) -> int:
+        """How many compiled calls a sweep of `spec` makes with chunks of `chunk` points."""
+
+    def chunk_grid(self, spec, group, chunk) -> dict:
+        """The program's grid input for one chunk: (chunk,) NumPy arrays."""
+
+    def make_program(self, spec, group, chunk: int, devices=None, on_block=None, form=None):
+        """An `engine.programs.Program`: `fn(seed, grid)` for chunks of `chunk` points."""
+
+    def run_chunks(self, spec, groups, chunks, devices, **kwargs):
+        """An `execute.ChunkRun`: `engine.execute.run_chunks` with this front's programs."""
+
+    def assemble(self, spec, groups, chunks, results: dict, meta: dict | None = None):
+        """The front's result in grid order from every chunk's outputs."""
+
+    def run(self, spec, **kwargs):
+        """Plans, runs and assembles a whole sweep (kwargs as `bec_jax.sweep.run`'s)."""
+
+    def fingerprints(self, spec) -> list[str]:
+        """What a resume checks beyond the spec (the models' fingerprints; [] if none)."""
+
+
+def check_dtype(spec) -> None:
+    """Refuses a float64 spec outside JAX's 64-bit mode (before any work)."""
+    if spec.dtype == "float64" and not jax.config.jax_enable_x64:
+        raise ValueError("dtype: float64 needs JAX's 64-bit mode; set JAX_ENABLE_X64=1 "
+                         "or jax.config.update('jax_enable_x64', True) before running")
+
+
+def round_chunk(chunk_size, n_devices: int) -> int:
+    """A given chunk size, checked, rounded up to a multiple of the device count."""
+    if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size <= 0:
+        raise ValueError(f"chunk_size: must be a positive integer, got {chunk_size!r}")
+    return -(-int(chunk_size) // n_devices) * n_devices
+
+
+def gather(num_points: int, groups: list, chunks: list, results: dict, alloc: Callable | None = None) -> dict:
+    """{output: array with the grid axis first, in grid order} from every
+    chunk's outputs (`results[i]` for chunk i). `alloc(name, shape, dtype)`
+    makes each array (default `np.empty`; for logs that stream to disk a
+    `files.NpyFile`, written a slab at a time)."""
+    alloc = alloc or (lambda name, shape, dtype: np.empty(shape, dtype))
+    cat = {}
+    for name in results[0]:
+        first = results[0][name]
+        arr = alloc(name, (num_points,) + first.shape[1:], first.dtype)
+        for i, c in enumerate(chunks):
+            copy_rows(arr, groups[c.group].indices[c.indices[: c.n]], results[i][name])
+        cat[name] = arr
+    return cat
+
+
+def run_meta(devices, chunk: int, num_chunks: int, ran, resumed: int, layout: dict | None = None,
+             work: dict | None = None) -> dict:
+    """A run's meta record: where it ran (`provenance.collect`), its chunks,
+    the front's `layout` fields, the programs compiled, the chunks resumed, the
+    timings of `ran` (an `execute.ChunkRun`) and the front's `work` fields (what
+    was computed and how fast), in that order."""
+    return {
+        **provenance.collect(devices),
+        "chunk_size": chunk,
+        "num_chunks": num_chunks,
+        **(layout or {}),
+        "compiled_programs": ran.programs,
+        "resumed_chunks": resumed,
+        "compile_time_s": ran.compile_time_s,
+        "run_time_s": ran.run_time_s,
+        **(work or {}),
+    }

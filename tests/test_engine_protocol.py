@@ -1,0 +1,90 @@
+"""The engine interface: each spec names its front, both fronts implement the
+protocol, the runner, the study runner and the CLI never ask a spec its type,
+and control plans its chunks with the calibrated memory plan."""
+import inspect
+import os
+import re
+
+import pytest
+
+import bec_jax
+from bec_jax import memory, sweep
+from bec_jax.control import sweep as control_sweep
+from bec_jax.control.spec import ControlSpec
+from bec_jax.engine import protocol
+from bec_jax.spec import SweepSpec
+
+LIB = os.path.dirname(os.path.abspath(bec_jax.__file__))
+
+PREDICTION = SweepSpec(env="two_state", algorithm="td", alpha=(0.1, 0.2, 0.3), seeds=2, steps=10, log_every=5)
+CONTROL = ControlSpec(task="cliff_walking", algorithm="q", hyperparameters={"alpha": [0.1, 0.2, 0.3]}, seeds=2,
+                      episodes=3)
+
+
+def _members():
+    return [n for n, v in vars(protocol.Engine).items() if not n.startswith("_") and callable(v)] + \
+        list(protocol.Engine.__annotations__)
+
+
+def test_each_spec_names_its_front():
+    assert PREDICTION.engine is sweep
+    assert CONTROL.engine is control_sweep
+
+
+@pytest.mark.parametrize("front", [sweep, control_sweep], ids=["prediction", "control"])
+def test_both_fronts_implement_the_protocol(front):
+    names = _members()
+    assert {"plan_memory", "plan", "make_program", "chunk_grid", "assemble", "run", "KIND", "SEGMENTS"} <= set(names)
+    missing = [n for n in names if not hasattr(front, n)]
+    assert not missing, missing
+    for n in names:
+        if callable(getattr(protocol.Engine, n, None)):
+            want = [p for p in inspect.signature(getattr(protocol.Engine, n)).parameters if p != "self"]
+            have = inspect.signature(getattr(front, n)).parameters
+            required = [p for p in want if p not in ("kwargs",)]
+            assert all(p in have or "kwargs" in have for p in required), (front.__name__, n, required, list(have))
+    assert front.run_chunks is protocol_run_chunks()
+
+
+def protocol_run_chunks():
+    from bec_jax.engine import execute
+    return execute.run_chunks
+
+
+@pytest.mark.parametrize("module", ["runner.py", "study.py", "cli.py"])
+def test_the_runner_study_and_cli_never_ask_a_spec_its_type(module):
+    text = open(os.path.join(LIB, module)).read()
+    assert not re.search(r"isinstance\([^)]*Spec\)", text), module
+    assert 'kind == "control"' not in text and "== CONTROL_KIND" not in text
+
+
+def test_control_plans_with_the_memory_plan():
+    pl = control_sweep.plan_memory(CONTROL, 1)
+    assert isinstance(pl, memory.Plan) and pl.grid == CONTROL.num_points and not pl.segmented
+    assert control_sweep.plan_chunk(CONTROL) == CONTROL.num_points
+    one = memory.call_bytes(control_sweep.sizes(CONTROL), 1, CONTROL.seeds, 1, False)
+    assert control_sweep.plan_chunk(CONTROL, memory_budget=one) == 1  # one point per call fits
+    assert control_sweep.plan_chunk(CONTROL, memory_budget=2 * one + 32) == 2
+    with pytest.raises(memory.TooLarge, match="memory_budget"):
+        control_sweep.plan_memory(CONTROL, 1, memory_budget=one // 2)  # a point's seeds never split
+    assert control_sweep.plan_chunk(CONTROL, 3, 2) == 4  # a given size, rounded up to the devices
+
+
+def test_control_runs_by_a_given_plan():
+    pl = control_sweep.plan_memory(CONTROL, 1, chunk_size=2)
+    r = control_sweep.run(CONTROL, memory_plan=pl, devices=__import__("jax").devices()[:1], progress=False)
+    assert r.meta["chunk_size"] == 2 and r.meta["num_chunks"] == 2
+    whole = control_sweep.run(CONTROL, devices=__import__("jax").devices()[:1], progress=False)
+    for k in ("returns", "lengths", "diverged_step"):
+        assert (getattr(r, k) == getattr(whole, k)).all()
+
+
+def test_gather_and_check_dtype_are_shared():
+    assert sweep.gather is protocol.gather
+    spec = PREDICTION.replace(dtype="float64")
+    import jax
+    if not jax.config.jax_enable_x64:
+        for front in (sweep, control_sweep):
+            s = spec if front is sweep else ControlSpec.from_dict({**CONTROL.to_dict(), "dtype": "float64"})
+            with pytest.raises(ValueError, match="64-bit mode"):
+                front.run(s)
