@@ -562,6 +562,11 @@ def test_a_registered_metric_is_computed_by_a_sweep(all_envs):
         np.testing.assert_allclose(r.mean[1], r.mean[0], rtol=2e-6)
         np.testing.assert_allclose(r.final[1], r.final[0], rtol=2e-6)
         assert (r.mean[2] == 0.25).all() and (r.final[2] == 0.25).all()
+        # Registered again under its name, the metric bakes other constants into the
+        # program: the same spec must not reuse the compiled one.
+        analysis.register_metric("quarter_test", lambda env: 2 * _quarter(env), "One half.", replace=True)
+        again = sweep.run(spec, progress=False, devices=jax.devices()[:1])
+        assert (again.mean[2] == 0.5).all() and again.meta["compiled_programs"] == 1
     finally:
         analysis.METRIC_REGISTRY.pop("hand_rmsve_test", None)
         analysis.METRIC_REGISTRY.pop("quarter_test", None)

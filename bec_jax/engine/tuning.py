@@ -20,6 +20,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
+from bec_jax import analysis
 from bec_jax.mdp import fingerprint
 from bec_jax.spec import SweepSpec
 
@@ -185,13 +186,16 @@ def memo_put(memo, hit) -> None:
 def memo_key(spec, group, size: int, devices, form: KernelForm, kind: str) -> tuple:
     """What a compiled chunk program depends on: the spec but its base seed, the
     group's models (by content), the algorithm's functions (and whether it
-    shares its scalars), the chunk size, the devices, the program's form (its
-    compiler options included) and `kind`, the front that made the program."""
+    shares its scalars), the metrics' builders (a metric registered again under
+    its name bakes other constants into the program), the chunk size, the
+    devices, the program's form (its compiler options included) and `kind`, the
+    front that made the program."""
     d = spec.to_dict()
     d.pop("seed", None)
     alg = spec.algorithm_def
     models = tuple(fingerprint(m) for m in group.models)
-    return (json.dumps(d, sort_keys=True, default=str), models, id(alg.init), id(alg.update),
+    builders = tuple(id(analysis.metric_def(m).build) for m in getattr(spec, "metrics", ()))
+    return (json.dumps(d, sort_keys=True, default=str), models, id(alg.init), id(alg.update), builders,
             getattr(alg, "shares_scalars", False), group.static, tuple(np.asarray(group.indices).tolist()), size,
             tuple(dev.id for dev in devices), json.dumps(form._asdict(), default=str), kind)
 
