@@ -26,7 +26,7 @@ EXPERIMENTS = os.path.join(os.path.dirname(LIB), "experiments")  # installed as 
 LAYERS = [
     ("command line", ["bec_jax.cli", "bec_jax.experiments*"]),
     ("studies", ["bec_jax.study"]),
-    ("runner", ["bec_jax.runner"]),
+    ("runner", ["bec_jax.runner", "bec_jax.rundir"]),
     ("fronts and figures", ["bec_jax.sweep", "bec_jax.control.sweep", "bec_jax.plotting",
                             "bec_jax.control.plotting", "bec_jax.watchdog"]),
     ("engine", ["bec_jax.engine*", "bec_jax.memory"]),
