@@ -29,10 +29,8 @@ thread stacks in DIR/stall-<pid>.txt and exits with status 75 (`bec_jax.watchdog
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
-import re
 import shlex
 import signal
 import sys
@@ -40,135 +38,25 @@ import sys
 from bec_jax import algorithms, analysis, envs, sampling, schedules
 from bec_jax.control import algorithms as control_algorithms
 from bec_jax.control import tasks as control_tasks
+from bec_jax.cli_args import (
+    Parser,
+    UsageError,
+    control_spec_from_args,
+    default_of,
+    env_param_arg,
+    float_arg,
+    given_options,
+    hyper_options,
+    int_arg,
+    listing,
+    names_arg,
+    size_arg,
+    spec_from_args,
+    value,
+)
 from bec_jax.spec import ScheduleSpec, SweepSpec
 
 EXIT_USAGE = 2
-
-# Command-line option (dest) -> the spec field it sets, as error messages name it.
-FIELD_OF_DEST = {"t0": "schedule.t0", "p_alpha": "schedule.p_alpha", "p_beta": "schedule.p_beta",
-                 "p_zeta": "schedule.p_zeta", "env_param": "env_params"}
-SPEC_DESTS = ("env", "algorithm", "env_param", "steps", "seeds", "log_every", "sampler", "schedule", "t0",
-              "p_alpha", "p_beta", "p_zeta", "metrics", "dtype", "seed", "divergence_bound")
-SCHEDULE_DESTS = ("t0", "p_alpha", "p_beta", "p_zeta")
-
-
-def _listing(names, default=None, last: str | None = "or") -> str:
-    """Names for a help text, read from a registry: 'a (default), b or c' (with
-    `last=None`, 'a (default), b, c' for a list that goes on)."""
-    shown = [f"{n} (default)" if n == default else n for n in names]
-    if last is None or len(shown) == 1:
-        return ", ".join(shown)
-    return f"{', '.join(shown[:-1])} {last} {shown[-1]}"
-
-
-def _default(cls, field: str):
-    """The default of `cls`'s parameter `field` (help texts name the spec's own)."""
-    return inspect.signature(cls).parameters[field].default
-
-
-class UsageError(ValueError):
-    """Bad input from the command line or a config file."""
-
-
-def _field_message(message: str) -> str:
-    """argparse's error message as one line starting with the field it concerns."""
-    m = re.match(r"argument (\S+?): (.*)$", message, re.S)
-    if m:
-        name, rest = m.groups()
-        dest = name.split("/")[0].lstrip("-").replace("-", "_")
-        field = FIELD_OF_DEST.get(dest, dest)
-        return rest if rest.startswith(f"{field}") else f"{field}: {rest}"
-    m = re.match(r"the following arguments are required: (.*)$", message, re.S)
-    if m:
-        name = m.group(1).split(",")[0].strip()
-        return f"{name.lstrip('-').replace('-', '_')}: required; see --help"
-    return f"arguments: {message}"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but an error is a `UsageError` (one line naming the field) instead
-    of usage text and `sys.exit`."""
-
-    def error(self, message):
-        raise UsageError(_field_message(message))
-
-
-def _int(field: str):
-    """An integer; exact-integer float notation (1e6) is accepted."""
-    def parse(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            pass
-        try:
-            v = float(text)
-        except ValueError:
-            v = float("nan")
-        if v == v and abs(v) != float("inf") and v == int(v):
-            return int(v)
-        raise argparse.ArgumentTypeError(f"{field}: expected an integer, got {text!r}")
-    return parse
-
-
-def _float(field: str):
-    def parse(text: str) -> float:
-        try:
-            return float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{field}: expected a number, got {text!r}") from None
-    return parse
-
-
-def _size(text: str) -> int:
-    """A size in bytes: 3GB, 500MiB, 2e9."""
-    from bec_jax.memory import parse_size
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _value(text: str):
-    """A command-line value: an int, a float, true/false, or else the string itself."""
-    t = text.strip()
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
-    if t.lower() in ("true", "false"):
-        return t.lower() == "true"
-    return t
-
-
-def _values(field: str, text: str) -> list:
-    vals = [_value(x) for x in text.split(",") if x.strip()]
-    if not vals:
-        raise UsageError(f"{field}: the list is empty")
-    return vals
-
-
-def _numbers(field: str, text: str) -> list:
-    try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"{field}: expected a comma-separated list of numbers, got {text!r}") from None
-    if not vals:
-        raise UsageError(f"{field}: the list is empty")
-    return vals
-
-
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def _env_param(text: str):
-    name, eq, vals = text.partition("=")
-    name = name.strip()
-    if not eq or not name:
-        raise argparse.ArgumentTypeError(f"env_params: expected NAME=v1,v2,..., got {text!r}")
-    return name, _values(f"env_params.{name}", vals)
-
 
 def use_all_cpu_cores(n: int | None = None) -> int | None:
     """Exposes `n` CPU devices to JAX (default: BEC_JAX_CPU_DEVICES, else every
@@ -252,99 +140,6 @@ def _watchdog(args, out: str, hint: str):
     return watchdog.Watchdog(watchdog.timeout_for(args.stall_timeout), out, hint)
 
 
-def _given(args) -> list[str]:
-    """The spec options given on the command line (their defaults are None)."""
-    given = [d for d in SPEC_DESTS if getattr(args, d, None) is not None]
-    return given + (["hyperparameters"] if getattr(args, "hyper", None) else [])
-
-
-def _hyper_options(extra: list[str]) -> dict:
-    """`--NAME v1,v2` pairs left over by argparse: {name: values}. Anything else is
-    an unknown option."""
-    out = {}
-    i = 0
-    while i < len(extra):
-        tok = extra[i]
-        if not tok.startswith("--") or len(tok) <= 2:
-            raise UsageError(f"arguments: unexpected argument {tok!r}; see --help")
-        name, eq, val = tok[2:].partition("=")
-        name = name.replace("-", "_")
-        if not eq:
-            if i + 1 >= len(extra) or extra[i + 1].startswith("--"):
-                raise UsageError(f"{name}: expected a comma-separated list of values after --{tok[2:]}")
-            val = extra[i + 1]
-            i += 1
-        if name in out:
-            raise UsageError(f"{name}: given twice")
-        out[name] = val
-        i += 1
-    return out
-
-
-def _config_table(args) -> dict:
-    """The spec table of `args.config` (a TOML file); its `out = "DIR"` sets
-    `args.out` unless --out was given."""
-    from bec_jax.spec import read_toml
-    table = read_toml(args.config, "config")
-    out = table.pop("out", None)
-    if out is not None and (not isinstance(out, str) or not out):
-        raise UsageError(f"out: expected a directory path (a string), got {out!r}")
-    if out is not None and not args.out:
-        args.out = out
-    return table
-
-
-def spec_from_args(args):
-    """Builds a validated `SweepSpec` from parsed `run` arguments (or the TOML file).
-
-    Options left out take the spec's defaults. With --config, the spec comes from
-    the file alone: a spec option also given on the command line is refused (not
-    silently ignored). A file's `out = "DIR"` is used unless --out is given.
-    """
-    given = _given(args)
-    if args.config:
-        if given:
-            d = given[0]
-            raise UsageError(f"{FIELD_OF_DEST.get(d, d)}: given both on the command line and by --config "
-                             f"{args.config!r}; put it in the config file")
-        return SweepSpec.from_dict(_config_table(args))
-    missing = [n for n in ("env", "algorithm") if getattr(args, n) is None]
-    if missing:
-        raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")
-    alg = algorithms.get(args.algorithm)
-    hyper, exponents = {}, {}
-    for name, text in args.hyper.items():
-        if name.startswith("p_") and name[2:] in alg.step_sizes:
-            exponents[name[2:]] = _float(f"schedule.{name}")(text)
-            continue
-        if name not in alg.names:
-            raise UsageError(f"{name}: unknown option --{name.replace('_', '-')}; {alg.name} takes "
-                             f"{', '.join('--' + n for n in alg.names) or 'no hyperparameters'}; see --help")
-        h = alg.hyperparameter(name)
-        hyper[name] = _numbers(name, text) if not h.static else _values(name, text)
-    for d in ("p_alpha", "p_beta", "p_zeta"):
-        if getattr(args, d) is not None:
-            exponents[d[2:]] = getattr(args, d)
-    kind = args.schedule if args.schedule is not None else "constant"
-    sched_kw = {"t0": args.t0} if args.t0 is not None else {}
-    if (sched_kw or exponents) and kind != "robbins_monro":
-        d = "t0" if sched_kw else f"p_{next(iter(exponents))}"
-        raise UsageError(f"schedule.{d}: used only by --schedule robbins_monro, not {kind!r}; "
-                         "remove it or add --schedule robbins_monro")
-    sched = ScheduleSpec(kind=kind, exponents=exponents, **sched_kw)
-    env_params = {}
-    for name, vals in args.env_param or ():
-        if name in env_params:
-            raise UsageError(f"env_params.{name}: given twice")
-        env_params[name] = vals
-    kw = {d: getattr(args, d) for d in ("steps", "seeds", "log_every", "sampler", "dtype", "seed",
-                                        "divergence_bound") if getattr(args, d) is not None}
-    if args.metrics is not None:
-        kw["metrics"] = tuple(args.metrics)
-    return SweepSpec(env=args.env, algorithm=args.algorithm, hyperparameters=hyper,
-                     env_params=env_params or None, schedule=sched, **kw)
-
-
 def _enable_x64_for(specs) -> None:
     """JAX's 64-bit mode, before anything runs, when any of `specs` asks for float64."""
     if any(s.dtype == "float64" for s in specs):
@@ -404,7 +199,7 @@ def _spec_or_resume(args, given: bool, build):
 
 def cmd_run(args) -> int:
     from bec_jax import runner
-    spec = _spec_or_resume(args, _given(args), spec_from_args)
+    spec = _spec_or_resume(args, given_options(args), spec_from_args)
     if args.chunks is not None and args.confirm_seeds:
         raise UsageError("confirm_seeds: a part computes chunks only; confirm when assembling (--resume)")
     result = _run_into_dir(spec, args, "run")
@@ -432,36 +227,6 @@ def cmd_run(args) -> int:
         print(runner.confirm_line(runner.confirm(result, args.out, args.confirm_seeds), args.out))
     return 0
 
-
-
-CONTROL_FIELDS = ("task", "algorithm", "episodes", "seeds", "epsilon", "epsilon_decay", "epsilon_min",
-                  "max_episode_steps", "max_steps", "gamma", "seed", "block", "dtype", "divergence_bound",
-                  "reward_shift")
-
-
-def control_spec_from_args(args):
-    """A validated `ControlSpec` from parsed `control` arguments (or its TOML file)."""
-    from bec_jax.control.spec import ControlSpec
-    given = [d for d in CONTROL_FIELDS + ("alpha", "beta", "zeta") if getattr(args, d, None) is not None]
-    given += ["task_params"] if args.task_param else []
-    if args.config:
-        if given:
-            raise UsageError(f"{given[0]}: given both on the command line and by --config {args.config!r}; "
-                             "put it in the config file")
-        return ControlSpec.from_dict(_config_table(args))
-    missing = [n for n in ("task", "algorithm") if getattr(args, n) is None]
-    if missing:
-        raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")
-    hyper = {n: _numbers(n, getattr(args, n)) for n in ("alpha", "beta", "zeta") if getattr(args, n) is not None}
-    params = {}
-    for name, vals in args.task_param or ():
-        if name in params:
-            raise UsageError(f"task_params.{name}: given twice")
-        if len(vals) != 1:
-            raise UsageError(f"task_params.{name}: one value, got {len(vals)}")
-        params[name] = vals[0]
-    kw = {d: getattr(args, d) for d in CONTROL_FIELDS[2:] if getattr(args, d) is not None}
-    return ControlSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper, task_params=params, **kw)
 
 
 def cmd_control(args) -> int:
@@ -559,7 +324,7 @@ def _select(text):
         k, eq, v = part.partition("=")
         if not eq or not k.strip():
             raise UsageError(f"select: expected NAME=VALUE,..., got {text!r}")
-        sel[k.strip()] = _value(v)
+        sel[k.strip()] = value(v)
     return sel
 
 
@@ -631,39 +396,39 @@ def cmd_reproduce(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="bec-jax", description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = Parser(prog="bec-jax", description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     # Spec options default to None ("not given"): the spec's defaults apply.
     r = sub.add_parser("run", help="run one sweep", allow_abbrev=False,
                        epilog="Every hyperparameter the algorithm declares is an option: --NAME v1,v2,... "
                               "(e.g. --alpha 0.01,0.1 --beta 0.1 --lambda 0,0.5,0.9).")
     r.add_argument("--config", help="TOML file with the spec's fields (see README)")
-    r.add_argument("--env", help=f"{_listing(envs.names(), _default(SweepSpec, 'env'), None)}, an .npz/.toml MDP "
+    r.add_argument("--env", help=f"{listing(envs.names(), default_of(SweepSpec, 'env'), None)}, an .npz/.toml MDP "
                                  "file or package.module:function")
-    r.add_argument("--algorithm", help=f"{_listing(algorithms.names(), _default(SweepSpec, 'algorithm'), None)} "
+    r.add_argument("--algorithm", help=f"{listing(algorithms.names(), default_of(SweepSpec, 'algorithm'), None)} "
                                        "or package.module:attribute")
-    r.add_argument("--env-param", action="append", type=_env_param, metavar="NAME=v1,v2",
+    r.add_argument("--env-param", action="append", type=env_param_arg, metavar="NAME=v1,v2",
                    help="an environment parameter's values, e.g. gamma=0.8,0.9 (repeatable)")
-    r.add_argument("--steps", type=_int("steps"), help="default 1000")
-    r.add_argument("--seeds", type=_int("seeds"), help="default 50")
-    r.add_argument("--log-every", type=_int("log_every"), help="default 10")
-    r.add_argument("--sampler", help=_listing(sampling.KINDS, _default(SweepSpec, "sampler")))
-    r.add_argument("--schedule", help=_listing(schedules.SCHEDULES, _default(ScheduleSpec, "kind")))
-    r.add_argument("--t0", type=_float("schedule.t0"),
+    r.add_argument("--steps", type=int_arg("steps"), help="default 1000")
+    r.add_argument("--seeds", type=int_arg("seeds"), help="default 50")
+    r.add_argument("--log-every", type=int_arg("log_every"), help="default 10")
+    r.add_argument("--sampler", help=listing(sampling.KINDS, default_of(SweepSpec, "sampler")))
+    r.add_argument("--schedule", help=listing(schedules.SCHEDULES, default_of(ScheduleSpec, "kind")))
+    r.add_argument("--t0", type=float_arg("schedule.t0"),
                    help="robbins_monro: x_t = x (t0/(t+t0))^p (default 100)")
-    r.add_argument("--p-alpha", type=_float("schedule.p_alpha"),
+    r.add_argument("--p-alpha", type=float_arg("schedule.p_alpha"),
                    help="default 1.0 (--p-NAME for any step size NAME)")
-    r.add_argument("--p-beta", type=_float("schedule.p_beta"), help="default 0.6")
-    r.add_argument("--p-zeta", type=_float("schedule.p_zeta"), help="default 0.8")
-    r.add_argument("--metrics", type=_names,
-                   help="comma-separated: " + _listing(analysis.metric_names(), _default(SweepSpec, "metrics")[0],
+    r.add_argument("--p-beta", type=float_arg("schedule.p_beta"), help="default 0.6")
+    r.add_argument("--p-zeta", type=float_arg("schedule.p_zeta"), help="default 0.8")
+    r.add_argument("--metrics", type=names_arg,
+                   help="comma-separated: " + listing(analysis.metric_names(), default_of(SweepSpec, "metrics")[0],
                                                        None) + " or package.module:attribute")
     r.add_argument("--dtype", help="float32 (default) or float64")
-    r.add_argument("--seed", type=_int("seed"), help="default 0")
-    r.add_argument("--divergence-bound", type=_float("divergence_bound"), help="default 1e6")
-    r.add_argument("--chunk-size", type=_int("chunk_size"))
-    r.add_argument("--memory-budget", type=_size, metavar="SIZE",
+    r.add_argument("--seed", type=int_arg("seed"), help="default 0")
+    r.add_argument("--divergence-bound", type=float_arg("divergence_bound"), help="default 1e6")
+    r.add_argument("--chunk-size", type=int_arg("chunk_size"))
+    r.add_argument("--memory-budget", type=size_arg, metavar="SIZE",
                    help="device memory one compiled call may use, e.g. 3GB or 500MiB (default: 2 GiB or what "
                         "is free, the less); a larger sweep runs in seed chunks and time segments")
     r.add_argument("--out")
@@ -673,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--chunks", metavar="K/N",
                    help="compute only the K-th of N disjoint parts of the chunks into --out (for N processes, "
                         "e.g. a job array); then `bec-jax run --out DIR --resume` assembles the result")
-    r.add_argument("--confirm-seeds", type=_int("confirm_seeds"), metavar="N",
+    r.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N",
                    help="re-run the best setting on N fresh seeds and report both (confirm.json)")
     r.add_argument("--distributed", metavar="auto|HOST:PORT,N,ID", help=DISTRIBUTED_HELP)
     r.add_argument("--stall-timeout", type=_stall_timeout, metavar="SECONDS", help=STALL_HELP)
@@ -682,29 +447,29 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("control", help="run one control sweep (epsilon-greedy agents on a control task)",
                        allow_abbrev=False)
     c.add_argument("--config", help="TOML file with the control spec's fields")
-    c.add_argument("--task", help=f"{_listing(control_tasks.names(), last=None)} or package.module:function")
-    c.add_argument("--task-param", action="append", type=_env_param, metavar="NAME=VALUE",
+    c.add_argument("--task", help=f"{listing(control_tasks.names(), last=None)} or package.module:function")
+    c.add_argument("--task-param", action="append", type=env_param_arg, metavar="NAME=VALUE",
                    help="a task parameter, e.g. num_tilings=5 (repeatable)")
-    c.add_argument("--algorithm", help=f"{_listing(control_algorithms.names(), last=None)} or "
+    c.add_argument("--algorithm", help=f"{listing(control_algorithms.names(), last=None)} or "
                                        "package.module:attribute")
     for n in ("alpha", "beta", "zeta"):
         c.add_argument(f"--{n}", metavar="v1,v2,...", help=f"values of {n} (a grid axis)")
-    c.add_argument("--episodes", type=_int("episodes"), help="episodes per run (default 100)")
-    c.add_argument("--seeds", type=_int("seeds"), help="default 10")
-    c.add_argument("--epsilon", type=_float("epsilon"), help="default 0.1")
-    c.add_argument("--epsilon-decay", type=_float("epsilon_decay"),
+    c.add_argument("--episodes", type=int_arg("episodes"), help="episodes per run (default 100)")
+    c.add_argument("--seeds", type=int_arg("seeds"), help="default 10")
+    c.add_argument("--epsilon", type=float_arg("epsilon"), help="default 0.1")
+    c.add_argument("--epsilon-decay", type=float_arg("epsilon_decay"),
                    help="per-episode factor (default 1: constant; the authors use 0.9992)")
-    c.add_argument("--epsilon-min", type=_float("epsilon_min"), help="default 0 (the authors use 1e-4)")
-    c.add_argument("--max-episode-steps", type=_int("max_episode_steps"), help="default: the task's cap")
-    c.add_argument("--max-steps", type=_int("max_steps"), help="a run's step budget")
-    c.add_argument("--gamma", type=_float("gamma"), help="default: the task's (0.99)")
-    c.add_argument("--seed", type=_int("seed"), help="default 0")
-    c.add_argument("--block", type=_int("block"), help="steps between divergence checks (default 100)")
+    c.add_argument("--epsilon-min", type=float_arg("epsilon_min"), help="default 0 (the authors use 1e-4)")
+    c.add_argument("--max-episode-steps", type=int_arg("max_episode_steps"), help="default: the task's cap")
+    c.add_argument("--max-steps", type=int_arg("max_steps"), help="a run's step budget")
+    c.add_argument("--gamma", type=float_arg("gamma"), help="default: the task's (0.99)")
+    c.add_argument("--seed", type=int_arg("seed"), help="default 0")
+    c.add_argument("--block", type=int_arg("block"), help="steps between divergence checks (default 100)")
     c.add_argument("--dtype", help="float32 (default) or float64")
-    c.add_argument("--divergence-bound", type=_float("divergence_bound"), help="default 1e6")
-    c.add_argument("--reward-shift", type=_float("reward_shift"),
+    c.add_argument("--divergence-bound", type=float_arg("divergence_bound"), help="default 1e6")
+    c.add_argument("--reward-shift", type=float_arg("reward_shift"),
                    help="the learner sees r - SHIFT (the constant-shift control for centering; default 0)")
-    c.add_argument("--chunk-size", type=_int("chunk_size"))
+    c.add_argument("--chunk-size", type=int_arg("chunk_size"))
     c.add_argument("--out")
     c.add_argument("--overwrite", action="store_true", help="allow a non-empty --out (start over)")
     c.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
@@ -717,8 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--out", required=True)
     st.add_argument("--overwrite", action="store_true")
     st.add_argument("--resume", action="store_true", help="continue the study in --out")
-    st.add_argument("--chunk-size", type=_int("chunk_size"))
-    st.add_argument("--confirm-seeds", type=_int("confirm_seeds"), metavar="N")
+    st.add_argument("--chunk-size", type=int_arg("chunk_size"))
+    st.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N")
     st.add_argument("--chunks", metavar="K/N",
                     help="compute only the K-th of N disjoint parts of every sweep's chunks into --out; then "
                          "`bec-jax study --out DIR --resume` assembles the study")
@@ -791,7 +556,7 @@ def parse(argv=None):
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if args.command == "run":
-        args.hyper = _hyper_options(extra)
+        args.hyper = hyper_options(extra)
     elif extra:
         tok = extra[0]
         if tok.startswith("-"):
