@@ -11,7 +11,7 @@ import bec_jax
 from bec_jax import memory, sweep
 from bec_jax.control import sweep as control_sweep
 from bec_jax.control.spec import ControlSpec
-from bec_jax.engine import protocol
+from bec_jax.engine import execute, protocol
 from bec_jax.spec import SweepSpec
 
 LIB = os.path.dirname(os.path.abspath(bec_jax.__file__))
@@ -43,12 +43,7 @@ def test_both_fronts_implement_the_protocol(front):
             have = inspect.signature(getattr(front, n)).parameters
             required = [p for p in want if p not in ("kwargs",)]
             assert all(p in have or "kwargs" in have for p in required), (front.__name__, n, required, list(have))
-    assert front.run_chunks is protocol_run_chunks()
-
-
-def protocol_run_chunks():
-    from bec_jax.engine import execute
-    return execute.run_chunks
+    assert front.run_chunks is execute.run_chunks  # the chunk loop is the engine's, with the spec's front
 
 
 @pytest.mark.parametrize("module", ["runner.py", "study.py", "cli.py"])
@@ -88,3 +83,24 @@ def test_gather_and_check_dtype_are_shared():
             s = spec if front is sweep else ControlSpec.from_dict({**CONTROL.to_dict(), "dtype": "float64"})
             with pytest.raises(ValueError, match="64-bit mode"):
                 front.run(s)
+
+
+@pytest.mark.parametrize("task,alg,hp,seeds,episodes", [
+    ("cliff_walking", "cgq", {"alpha": [0.1, 0.2], "beta": [0.01], "zeta": [0.1]}, 32, 50),
+    ("mountain_car", "cq", {"alpha": [0.1], "beta": [0.01]}, 16, 20),
+])
+def test_control_estimate_bounds_xla_buffer_assignment(task, alg, hp, seeds, episodes):
+    """Control's size terms are calibrated as the prediction sweep's are
+    (tests/test_memory.py): the estimate of a call is never below what XLA
+    allocates for the program (arguments + outputs + temporaries), and at most
+    3 times it."""
+    import jax
+    import numpy as np
+    spec = ControlSpec(task=task, algorithm=alg, hyperparameters=hp, seeds=seeds, episodes=episodes)
+    G = spec.num_points
+    groups, chunks = control_sweep.plan(spec, G)
+    prog = control_sweep.make_program(spec, groups[0], G, jax.devices()[:1])
+    m = prog.fn.lower(np.uint32(0), control_sweep.chunk_grid(spec, groups[0], chunks[0])).compile().memory_analysis()
+    xla = m.temp_size_in_bytes + m.output_size_in_bytes + m.argument_size_in_bytes
+    est = memory.call_bytes(control_sweep.sizes(spec), G, seeds, 1, False)
+    assert 1.0 <= est / xla <= 3.0, (est, xla)
