@@ -133,26 +133,8 @@ def make_mdp(
     per-transition discounts, that every episode under pi ends (the discounted
     target matrix has spectral radius < 1, so v_pi exists).
     """
-    P = _as_float_array("P", P, 3)
-    S, A, S2 = P.shape
-    if S != S2 or S == 0 or A == 0:
-        raise ValueError(f"P: expected shape (S, A, S) with S, A > 0, got {P.shape}")
-    pi = _as_float_array("pi", pi, 2)
-    mu = _as_float_array("mu", mu, 2)
-    for name, arr in (("pi", pi), ("mu", mu)):
-        if arr.shape != (S, A):
-            raise ValueError(f"{name}: expected shape (S, A) = {(S, A)} to match P, got {arr.shape}")
-    R = _as_float_array("R", R, None)
-    if R.ndim not in (2, 3):
-        raise ValueError(f"R: expected shape (S, A, S) or (S, A), got {R.shape}")
-    if R.ndim == 2:
-        R = np.repeat(R[:, :, None], S, axis=2)
-    R = _as_float_array("R", R, 3)
-    if R.shape != (S, A, S):
-        raise ValueError(f"R: expected shape (S, A, S) = {(S, A, S)} to match P, got {R.shape}")
-    phi = _as_float_array("phi", phi, 2)
-    if phi.shape[0] != S or phi.shape[1] == 0:
-        raise ValueError(f"phi: expected shape (S, k) with S = {S} rows and k > 0, got {phi.shape}")
+    pi, mu, P, R, phi = _model_arrays(pi, mu, P, R, phi)
+    S, A = pi.shape
     g = _check_gamma(gamma, S, A)
 
     _check_distribution("pi", pi)
@@ -182,13 +164,45 @@ def make_mdp(
     # Fail at construction, not deep inside analysis, when d_mu is not unique.
     d_mu(mdp)
     if g.ndim:
-        radius = float(np.max(np.abs(np.linalg.eigvals(discounted_matrix(mdp, mdp.pi)))))
-        if radius > 1.0 - 1e-10:
-            raise ValueError(
-                "gamma: under the target policy some episodes never end (the discounted transition "
-                f"matrix sum_a pi(a|s) P(s'|s,a) gamma(s,a,s') has spectral radius {radius:.6g}, not < 1), "
-                "so v_pi is undefined; give the terminating transitions gamma = 0")
+        _check_episodes_end(mdp)
     return mdp
+
+
+def _model_arrays(pi, mu, P, R, phi) -> tuple:
+    """(pi, mu, P, R, phi) as float arrays of consistent shapes (R of shape
+    (S, A) repeated over s'); `ValueError` naming the first bad field."""
+    P = _as_float_array("P", P, 3)
+    S, A, S2 = P.shape
+    if S != S2 or S == 0 or A == 0:
+        raise ValueError(f"P: expected shape (S, A, S) with S, A > 0, got {P.shape}")
+    pi = _as_float_array("pi", pi, 2)
+    mu = _as_float_array("mu", mu, 2)
+    for name, arr in (("pi", pi), ("mu", mu)):
+        if arr.shape != (S, A):
+            raise ValueError(f"{name}: expected shape (S, A) = {(S, A)} to match P, got {arr.shape}")
+    R = _as_float_array("R", R, None)
+    if R.ndim not in (2, 3):
+        raise ValueError(f"R: expected shape (S, A, S) or (S, A), got {R.shape}")
+    if R.ndim == 2:
+        R = np.repeat(R[:, :, None], S, axis=2)
+    R = _as_float_array("R", R, 3)
+    if R.shape != (S, A, S):
+        raise ValueError(f"R: expected shape (S, A, S) = {(S, A, S)} to match P, got {R.shape}")
+    phi = _as_float_array("phi", phi, 2)
+    if phi.shape[0] != S or phi.shape[1] == 0:
+        raise ValueError(f"phi: expected shape (S, k) with S = {S} rows and k > 0, got {phi.shape}")
+    return pi, mu, P, R, phi
+
+
+def _check_episodes_end(mdp: FiniteMDP) -> None:
+    """`ValueError` on `gamma` unless every episode under the target policy ends
+    (the discounted target matrix has spectral radius < 1, so v_pi exists)."""
+    radius = float(np.max(np.abs(np.linalg.eigvals(discounted_matrix(mdp, mdp.pi)))))
+    if radius > 1.0 - 1e-10:
+        raise ValueError(
+            "gamma: under the target policy some episodes never end (the discounted transition "
+            f"matrix sum_a pi(a|s) P(s'|s,a) gamma(s,a,s') has spectral radius {radius:.6g}, not < 1), "
+            "so v_pi is undefined; give the terminating transitions gamma = 0")
 
 
 def transition_matrix(mdp: FiniteMDP, policy: np.ndarray) -> np.ndarray:
