@@ -316,25 +316,9 @@ def default_budget(device) -> int:
     return budget
 
 
-def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_size: int | None = None,
-         seed_chunk: int | None = None, segment_blocks: int | None = None, device=None,
-         out: str | None = None, host_budget: int | None = None, sz: Sizes | None = None) -> Plan:
-    """The plan of `spec` on `n_devices` devices: the largest grid chunk that fits
-    the budget with every seed; if one grid point's seeds do not fit, seed chunks;
-    segments of at most SEGMENT_UPDATES updates whose reports fit a quarter of the
-    budget. `chunk_size`, `seed_chunk` and `segment_blocks` force a layout
-    (results do not depend on it). `TooLarge` (a ValueError, one line naming the
-    field) when even one seed of one point does not fit the budget, when the host
-    cannot hold the per-seed results, or (with `out`) when the disk cannot hold the files.
-    `sz`: the spec's size terms (default `sizes(spec)`, a prediction sweep's;
-    a front with other programs gives its own, see `engine.protocol`).
-    """
-    device = device if device is not None else jax.devices()[0]
-    budget = int(memory_budget) if memory_budget is not None else default_budget(device)
-    sz = sz if sz is not None else sizes(spec)
-    N, L, G_all = spec.seeds, sz.log_points - 1, spec.num_points
-
-    # Seeds per call: every seed if one grid point (per device) fits, else the most that do.
+def _seeds_per_call(sz: Sizes, N: int, G_all: int, budget: int, n_devices: int, seed_chunk: int | None) -> int:
+    """Seeds per call (see `plan`): every seed if one grid point (per device)
+    fits, else the most that do, in balanced seed chunks; `seed_chunk` forces it."""
     one_point = call_bytes(sz, 1, N, 1, False)
     if seed_chunk is not None:
         seeds = int(min(seed_chunk, N))
@@ -356,6 +340,47 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
                            f"point; with {human(budget)} the run would take {pieces * G_all} calls; raise "
                            "--memory-budget or use fewer seeds")
         seeds = min(N, _seed_chunk(-(-N // pieces), n_devices))  # balanced seed chunks
+    return seeds
+
+
+def _blocks_per_segment(sz: Sizes, L: int, grid: int, seeds: int, per_seed: bool, budget: int,
+                        segment_blocks: int | None) -> int:
+    """Log blocks per segment (see `plan`): bounded in updates (a stop lands
+    within seconds) and in report bytes; `segment_blocks` forces it."""
+    if segment_blocks is not None:
+        blocks = max(1, int(segment_blocks))
+    else:
+        cost_per_block = grid * seeds * sz.block_steps + BLOCK_OVERHEAD
+        by_time = max(1, SEGMENT_UPDATES // cost_per_block)
+        report = grid * seeds * sz.report_seed if per_seed else grid * sz.report_stats
+        by_bytes = max(1, (budget // SEGMENT_REPORT_FRACTION) // max(report, 1))
+        blocks = min(by_time, by_bytes)
+        if blocks >= L:
+            blocks = L
+        else:  # equal segments where possible: fewer programs to compile
+            blocks = -(-L // -(-L // blocks))
+    return min(blocks, L) if L > 0 else 1
+
+
+def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_size: int | None = None,
+         seed_chunk: int | None = None, segment_blocks: int | None = None, device=None,
+         out: str | None = None, host_budget: int | None = None, sz: Sizes | None = None) -> Plan:
+    """The plan of `spec` on `n_devices` devices: the largest grid chunk that fits
+    the budget with every seed; if one grid point's seeds do not fit, seed chunks;
+    segments of at most SEGMENT_UPDATES updates whose reports fit a quarter of the
+    budget. `chunk_size`, `seed_chunk` and `segment_blocks` force a layout
+    (results do not depend on it). `TooLarge` (a ValueError, one line naming the
+    field) when even one seed of one point does not fit the budget, when the host
+    cannot hold the per-seed results, or (with `out`) when the disk cannot hold the files.
+    `sz`: the spec's size terms (default `sizes(spec)`, a prediction sweep's;
+    a front with other programs gives its own, see `engine.protocol`).
+    """
+    device = device if device is not None else jax.devices()[0]
+    budget = int(memory_budget) if memory_budget is not None else default_budget(device)
+    sz = sz if sz is not None else sizes(spec)
+    N, L, G_all = spec.seeds, sz.log_points - 1, spec.num_points
+
+    seeds = _seeds_per_call(sz, N, G_all, budget, n_devices, seed_chunk)
     per_seed = seeds < N
     # Grid points per call.
     if chunk_size is not None:
@@ -372,21 +397,7 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
                 grid = -(-G_all // -(-G_all // fit))
     if not per_seed:  # the grid is split over the devices (a seed chunk splits its seeds)
         grid = -(-grid // n_devices) * n_devices
-    # Log blocks per segment: bounded in updates (a stop lands within seconds) and
-    # in report bytes.
-    if segment_blocks is not None:
-        blocks = max(1, int(segment_blocks))
-    else:
-        cost_per_block = grid * seeds * sz.block_steps + BLOCK_OVERHEAD
-        by_time = max(1, SEGMENT_UPDATES // cost_per_block)
-        report = grid * seeds * sz.report_seed if per_seed else grid * sz.report_stats
-        by_bytes = max(1, (budget // SEGMENT_REPORT_FRACTION) // max(report, 1))
-        blocks = min(by_time, by_bytes)
-        if blocks >= L:
-            blocks = L
-        else:  # equal segments where possible: fewer programs to compile
-            blocks = -(-L // -(-L // blocks))
-    blocks = min(blocks, L) if L > 0 else 1
+    blocks = _blocks_per_segment(sz, L, grid, seeds, per_seed, budget, segment_blocks)
     device_bytes = call_bytes(sz, grid, seeds, blocks, per_seed)  # all devices of the call together
     lazy = log_bytes(spec, sz) > LAZY_LOG_BYTES and out is not None
     host = per_seed_bytes(spec, sz) + (0 if lazy else log_bytes(spec, sz))

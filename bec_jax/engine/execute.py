@@ -389,6 +389,24 @@ def _compile(spec, group: Group, c: Chunk, devices, form, lay: _Layout, make_pro
     return exe, placed, grid, made
 
 
+def _first_of_shape(spec, engine, group: Group, c: Chunk, devices, compiler_options, lay: _Layout,
+                    bar) -> tuple:
+    """((exe, placements, seed placed), grid placed or None, programs compiled,
+    compile seconds) for a run's first chunk of `c`'s shape: its program from
+    the process's cache or compiled now (`_compile`), in the form
+    `tuning.choose_form` picks."""
+    t = time.perf_counter()
+    form = tuning.choose_form(spec, devices, group, compiler_options)
+    memo = None if bar is not None else memo_key(spec, group, len(c.indices), devices, form, engine.KIND)
+    if memo is not None and lay.segmented:
+        memo += ("segmented", lay.seeds, lay.blocks)
+    exe, placed, grid, made = _compile(spec, group, c, devices, form, lay, engine.make_program, engine.chunk_grid,
+                                       memo, bar)
+    seconds = time.perf_counter() - t if made else 0.0
+    # The seed is placed per run: a memoised program may come from another seed's run.
+    return (exe, placed, place(np.uint32(spec.seed), placed[0])), grid, made, seconds
+
+
 def _run_chunk(spec, exe, c: Chunk, seed_dev, grid, i: int, n_chunks: int, lay: _Layout, outputs, seg_line,
                devices, timing: dict) -> dict:
     """Chunk i's outputs (its real points); a device out-of-memory error becomes
@@ -428,7 +446,6 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     `memory.OutOfMemory` (one line) after checkpointing what it can; the chunks
     finished before it have been passed to `on_chunk`."""
     engine = engine if engine is not None else spec.engine
-    make_program, chunk_grid, kind = engine.make_program, engine.chunk_grid, engine.KIND
     lay = _layout(spec, engine, devices, seeds_per_call, blocks_per_segment)
     outputs = outputs if outputs is not None else MemoryOutputs()
     timing = {"run": 0.0}
@@ -455,22 +472,13 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
             key = (c.group, len(c.indices))
             grid = None
             if key not in compiled:  # this run's first chunk of this shape
-                t = time.perf_counter()
-                form = tuning.choose_form(spec, devices, groups[c.group], compiler_options)
-                memo = None if bar is not None else memo_key(spec, groups[c.group], len(c.indices), devices, form,
-                                                             kind)
-                if memo is not None and lay.segmented:
-                    memo += ("segmented", lay.seeds, lay.blocks)
-                exe, placed, grid, made = _compile(spec, groups[c.group], c, devices, form, lay, make_program,
-                                                   chunk_grid, memo, bar)
-                if made:
-                    compile_time += time.perf_counter() - t
-                    n_compiled += made
-                # The seed is placed per run: a memoised program may come from another seed's run.
-                compiled[key] = (exe, placed, place(np.uint32(spec.seed), placed[0]))
+                compiled[key], grid, made, seconds = _first_of_shape(spec, engine, groups[c.group], c, devices,
+                                                                     compiler_options, lay, bar)
+                compile_time += seconds
+                n_compiled += made
             exe, placed, seed_dev = compiled[key]
             if grid is None:
-                grid = {k: place(v, placed[1]) for k, v in chunk_grid(spec, groups[c.group], c).items()}
+                grid = {k: place(v, placed[1]) for k, v in engine.chunk_grid(spec, groups[c.group], c).items()}
             t = time.perf_counter()
             results[i] = _run_chunk(spec, exe, c, seed_dev, grid, i, len(chunks), lay, outputs, seg_line, devices,
                                     timing)
