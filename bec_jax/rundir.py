@@ -123,9 +123,10 @@ class ChunkStore:
 
     def _write_manifest(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str,
                         layout: dict | None = None) -> None:
+        front = spec.engine
         write_json(self.manifest_path, {
-            "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": spec.engine.num_chunks(spec, chunk_size),
-            "num_devices": num_devices, "backend": backend, "env_fingerprints": spec.engine.fingerprints(spec),
+            "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": front.num_chunks(spec, chunk_size),
+            "num_devices": num_devices, "backend": backend, "env_fingerprints": front.fingerprints(spec),
             **(layout or {})})
 
     def start(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str,

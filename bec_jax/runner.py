@@ -184,6 +184,7 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     import jax
 
     spec, part = _what_to_run(spec, out, overwrite, resume, part)
+    front = spec.engine  # the spec's front (`engine.protocol.Engine`): plans and runs it
     store = ChunkStore(out)
     writer = is_writer()
     devices = list(devices) if devices is not None else jax.devices()
@@ -194,7 +195,7 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
         n = manifest["num_devices"]
         if len(devices) >= n and jax.process_count() == 1:
             devices = devices[:n]  # the same sharding as before
-    pl = _memory_plan(spec, out, manifest, chunk_size, devices, sweep_kwargs)
+    pl = _memory_plan(front, spec, out, manifest, chunk_size, devices, sweep_kwargs)
     sweep_kwargs = {k: v for k, v in sweep_kwargs.items() if k not in ("seed_chunk", "segment_blocks", "memory_budget")}
     layout = {"seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks}
     created = not os.path.exists(out)
@@ -204,17 +205,17 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     if manifest is not None:
         # Fewer devices than before is fine: the chunk layout depends on the spec and
         # chunk size only, and results do not depend on the device count.
-        if manifest["num_chunks"] != spec.engine.num_chunks(spec, chunk):
+        if manifest["num_chunks"] != front.num_chunks(spec, chunk):
             raise RunError(f"resume: {store.manifest_path!r} is inconsistent; start over with --overwrite")
         done = store.load_done()
     else:
         if writer:
             store.start(spec, chunk, len(devices), devices[0].platform, layout)
         done = {}
-    total = spec.engine.num_chunks(spec, chunk)
+    total = front.num_chunks(spec, chunk)
     on_chunk, count = _saving(store, writer, stop, total - len(done), len(done), total)
     try:
-        result = spec.engine.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
+        result = front.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
                                  memory_plan=pl, out=out, outputs=store if writer else None,
                                  alloc=_log_alloc(out) if pl.lazy and writer else None,
                                  on_segment=_segment_stop(stop, count, total), **sweep_kwargs)
@@ -251,9 +252,9 @@ def _what_to_run(spec, out: str, overwrite: bool, resume: bool, part) -> tuple:
     return spec, part
 
 
-def _memory_plan(spec, out: str, manifest: dict | None, chunk_size: int | None, devices,
+def _memory_plan(front, spec, out: str, manifest: dict | None, chunk_size: int | None, devices,
                  sweep_kwargs: dict) -> memory.Plan:
-    """The memory plan (`spec.engine.plan_memory`), before anything is written: a
+    """The memory plan (`front.plan_memory`), before anything is written: a
     run that cannot fit is refused here (memory.TooLarge, one line naming the
     field). The sweep runs by this very plan; a resume keeps the layout the run
     started with."""
@@ -261,11 +262,11 @@ def _memory_plan(spec, out: str, manifest: dict | None, chunk_size: int | None, 
         forced = dict(chunk_size=manifest["chunk_size"], seed_chunk=manifest.get("seeds_per_call"),
                       segment_blocks=manifest.get("blocks_per_segment"))
     else:
-        grid_chunk = None if chunk_size is None else spec.engine.plan_chunk(spec, chunk_size, len(devices))
+        grid_chunk = None if chunk_size is None else front.plan_chunk(spec, chunk_size, len(devices))
         forced = dict(chunk_size=grid_chunk, seed_chunk=sweep_kwargs.get("seed_chunk"),
                       segment_blocks=sweep_kwargs.get("segment_blocks"))
     try:  # the plan traces the algorithm's init: a user's may fail here
-        return spec.engine.plan_memory(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
+        return front.plan_memory(spec, len(devices), memory_budget=sweep_kwargs.get("memory_budget"),
                                        device=devices[0], out=out, **forced)
     except Exception as e:
         _raise_contained(e, spec, "")
