@@ -50,19 +50,28 @@ def get(ref) -> Algorithm:
     """The `Algorithm` `ref` names: a registered name, a `package.module:attribute`
     reference (imported, not registered), or an `Algorithm` itself (returned as
     is). `ValueError` lists the known names (and names the new name of a renamed one)."""
-    if isinstance(ref, Algorithm):
-        return ref
     if isinstance(ref, str) and ref in RENAMED:
         new, why = RENAMED[ref]
         raise ValueError(f"algorithm: {ref!r} was renamed {new!r} ({why}); use {new!r}")
-    if isinstance(ref, str) and ref in _REGISTRY:
-        return _REGISTRY[ref]
+    return lookup(ref, _REGISTRY, "algorithm")
+
+
+def lookup(ref, registry: dict, what: str) -> Algorithm:
+    """The `Algorithm` `ref` names in `registry`: a registered name, a
+    `package.module:attribute` reference (imported, not registered), or an
+    `Algorithm` itself. `ValueError` naming `algorithm` lists the registry's
+    names, calling an unknown name an unknown `what` (the control registry
+    shares this lookup)."""
+    if isinstance(ref, Algorithm):
+        return ref
+    if isinstance(ref, str) and ref in registry:
+        return registry[ref]
     if isinstance(ref, str) and ":" in ref:
         alg = import_attribute(ref, "algorithm")
         if not isinstance(alg, Algorithm):
             raise ValueError(f"algorithm: {ref!r} is a {type(alg).__name__}, not a bec_jax Algorithm")
         return alg
-    raise ValueError(f"algorithm: unknown algorithm {ref!r}; known: {', '.join(names())} "
+    raise ValueError(f"algorithm: unknown {what} {ref!r}; known: {', '.join(registry)} "
                      "(or package.module:attribute for your own)")
 
 
@@ -102,7 +111,7 @@ def _discover() -> None:
 
 _discover()
 
-__all__ = ["Algorithm", "Hyperparameter", "StepSize", "get", "names", "register", "import_attribute",
+__all__ = ["Algorithm", "Hyperparameter", "StepSize", "get", "lookup", "names", "register", "import_attribute",
            "parameter", "step_size", "resolve_step", "td_error", "vdot", "shared", "sharing"]
 
 

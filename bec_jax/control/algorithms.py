@@ -62,7 +62,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from bec_jax.algorithms import import_attribute
+from bec_jax.algorithms import lookup
 from bec_jax.algorithms.base import Algorithm, StepSize, resolve, step_size, zero_count
 from bec_jax.control.transition import ControlTransition, q_values
 
@@ -360,17 +360,7 @@ def get(ref) -> Algorithm:
     `package.module:attribute` reference (imported, not registered), or an
     `Algorithm` itself; `ValueError` naming `algorithm` and listing the known
     names otherwise."""
-    if isinstance(ref, Algorithm):
-        return ref
-    if isinstance(ref, str) and ref in ALGORITHMS:
-        return ALGORITHMS[ref]
-    if isinstance(ref, str) and ":" in ref:
-        alg = import_attribute(ref, "algorithm")
-        if not isinstance(alg, Algorithm):
-            raise ValueError(f"algorithm: {ref!r} is a {type(alg).__name__}, not a bec_jax Algorithm")
-        return alg
-    raise ValueError(f"algorithm: unknown control algorithm {ref!r}; known: {', '.join(names())} "
-                     "(or package.module:attribute for your own)")
+    return lookup(ref, ALGORITHMS, "control algorithm")
 
 
 def _discover() -> None:
