@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bec_jax.control import tasks, tiles
+from bec_jax.control.spec import ControlSpec
 
 KEY = jax.random.PRNGKey(0)
 
@@ -496,6 +497,9 @@ def test_registry_and_errors(monkeypatch):
         tasks.make("mountain_car")
     with pytest.raises(ImportError, match="acrobot needs gymnax"):
         tasks.make("acrobot")
+    # A spec names the field: the command line's one line, not a traceback.
+    with pytest.raises(ValueError, match=r'^task: mountain_car needs gymnax: pip install -e "\.\[control\]"$'):
+        ControlSpec(task="mountain_car", algorithm="q", hyperparameters={"alpha": 0.1})
 
 
 

@@ -124,7 +124,10 @@ class ControlSpec:
         if not is_real(self.reward_shift) or not math.isfinite(float(self.reward_shift)):
             raise ValueError(f"reward_shift: must be a finite number, got {self.reward_shift!r}")
         object.__setattr__(self, "reward_shift", float(self.reward_shift))
-        self.make_task()  # checks task_params (ValueError naming the field)
+        try:
+            self.make_task()  # checks task_params (ValueError naming the field)
+        except ImportError as e:  # an optional extra the task needs (gymnax): one line, not a traceback
+            raise ValueError(f"task: {e}") from None
         if self.total_steps > MAX_INT32:
             raise ValueError(f"max_steps: a run of {self.total_steps} steps exceeds 2**31 - 1; "
                              "give a smaller max_steps or fewer episodes")
