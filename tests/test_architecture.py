@@ -1,8 +1,23 @@
-"""The library's shape: registries found from the modules, imports that change no
-global state, no generic top-level name installed, and one room per workflow."""
+"""The house's shape.
+
+Imports, read from the source: no import cycle among the library's
+modules (imports inside functions count), no module importing another's private
+name, and every import going down the layers of ../shared/DESIGN.md.
+
+The graph is read with `ast`, not by importing, so an import hidden inside a
+function is an arrow like any other. Each check is also run on a copy of the
+package with a fault injected, so the checks are shown to fail.
+
+Registries found from the modules, imports that change no global state, no
+generic top-level name installed, and one room per workflow.
+"""
+from __future__ import annotations
+
+import ast
 import importlib
 import os
 import pkgutil
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -113,3 +128,236 @@ def test_cli_is_a_thin_parser():
         assert word not in src, word
     from bec_jax import runner
     assert callable(runner.run_to_dir) and callable(runner.prepare_out_dir)
+
+
+# ------------------------------------------------------------ the import graph
+
+LIB = os.path.dirname(os.path.abspath(bec_jax.__file__))
+EXPERIMENTS = os.path.join(os.path.dirname(LIB), "experiments")  # installed as bec_jax.experiments
+
+# Layers, top first: a module may import modules of its own layer or below, never
+# above. (The house sketch of DESIGN.md: cli -> runner -> fronts -> engine ->
+# analysis -> envs/samplers/algorithms -> model.) A module missing here fails the
+# test: place a new module in the house when you add it.
+LAYERS = [
+    ("command line", ["bec_jax.cli", "bec_jax.cli_args", "bec_jax.experiments*"]),
+    ("studies", ["bec_jax.study"]),
+    ("runner", ["bec_jax.runner", "bec_jax.rundir"]),
+    ("fronts and figures", ["bec_jax.sweep", "bec_jax.control.sweep", "bec_jax.plotting",
+                            "bec_jax.control.plotting", "bec_jax.watchdog"]),
+    ("engine", ["bec_jax.engine*", "bec_jax.memory"]),
+    ("results and specs", ["bec_jax.results", "bec_jax.control.results", "bec_jax.files", "bec_jax.stats",
+                           "bec_jax.spec", "bec_jax.control.spec", "bec_jax.verdicts"]),
+    ("analysis", ["bec_jax.analysis", "bec_jax.centering", "bec_jax.centered_values"]),
+    ("environments, samplers, algorithms", ["bec_jax.envs*", "bec_jax.sampling", "bec_jax.algorithms*",
+                                            "bec_jax.control", "bec_jax.control.tasks", "bec_jax.control.tiles",
+                                            "bec_jax.control.loop", "bec_jax.control.algorithms",
+                                            "bec_jax.control.transition"]),
+    ("model", ["bec_jax.mdp", "bec_jax.transition", "bec_jax.schedules", "bec_jax.provenance", "bec_jax"]),
+]
+
+
+def module_files(lib: str = LIB, experiments: str = EXPERIMENTS) -> dict[str, str]:
+    """{module name: file} for the library and its experiments."""
+    out = {}
+    for root, pkg in ((lib, "bec_jax"), (experiments, "bec_jax.experiments")):
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
+            rel = os.path.relpath(dirpath, root)
+            prefix = pkg if rel == "." else pkg + "." + rel.replace(os.sep, ".")
+            for f in filenames:
+                if f.endswith(".py"):
+                    stem = f[:-3]
+                    out[prefix if stem == "__init__" else f"{prefix}.{stem}"] = os.path.join(dirpath, f)
+    return out
+
+
+def _package_of(name: str, files: dict) -> str:
+    return name if files[name].endswith("__init__.py") else name.rpartition(".")[0]
+
+
+def imports_of(name: str, files: dict) -> list[tuple[str, str, int]]:
+    """(imported module, name taken from it or "", line) for every import of a
+    library module in module `name`, wherever it stands (functions included)."""
+    tree = ast.parse(open(files[name]).read(), files[name])
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, "", node.lineno) for a in node.names if a.name in files]
+        elif isinstance(node, ast.ImportFrom):
+            out += [(t, attr, node.lineno) for t, attr in imports_of_node(node, name, files)]
+    return out
+
+
+def graph(files: dict) -> dict[str, set[str]]:
+    """{module: the library modules it imports}, self-imports left out."""
+    return {m: {t for t, _, _ in imports_of(m, files) if t != m} for m in files}
+
+
+def cycles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(g.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def private_imports(files: dict) -> list[str]:
+    """"module:line imports target._name" for each private name a module takes
+    from another module, by `from target import _name` or as `alias._name`."""
+    out = []
+    for m, path in files.items():
+        found = imports_of(m, files)
+        for target, attr, line in found:
+            if attr.startswith("_") and not attr.startswith("__") and target != m:
+                out.append(f"{m}:{line} imports {target}.{attr}")
+        tree = ast.parse(open(path).read(), path)
+        aliases = {}  # local name -> library module bound to it
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name in files and a.asname:
+                        aliases[a.asname] = a.name
+            elif isinstance(node, ast.ImportFrom):
+                for t, attr in imports_of_node(node, m, files):
+                    if not attr:
+                        aliases[_bound_name(node, t)] = t
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in aliases and node.attr.startswith("_")
+                    and not node.attr.startswith("__") and aliases[node.value.id] != m):
+                out.append(f"{m}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
+    return sorted(set(out))
+
+
+def imports_of_node(node: ast.ImportFrom, name: str, files: dict) -> list[tuple[str, str]]:
+    """The (module, name) pairs one `from ... import ...` statement takes."""
+    if node.level:
+        base = _package_of(name, files).split(".")
+        base = base[: len(base) - node.level + 1]
+        mod = ".".join(base + ([node.module] if node.module else []))
+    else:
+        mod = node.module or ""
+    if mod not in files:
+        return []
+    return [(f"{mod}.{a.name}", "") if f"{mod}.{a.name}" in files else (mod, a.name) for a in node.names]
+
+
+def _bound_name(node: ast.ImportFrom, target: str) -> str:
+    for a in node.names:
+        if target.endswith("." + a.name):
+            return a.asname or a.name
+    return target.rpartition(".")[2]
+
+
+def layer_of(module: str) -> int | None:
+    """The index in LAYERS (0 = top) of `module`; the most specific pattern wins."""
+    best, rank = -1, None
+    for i, (_, patterns) in enumerate(LAYERS):
+        for p in patterns:
+            hit = (module == p[:-1] or module.startswith(p[:-1] + ".")) if p.endswith("*") else module == p
+            if hit and len(p) > best:
+                best, rank = len(p), i
+    return rank
+
+
+def upward_imports(files: dict) -> list[str]:
+    """"module (layer) imports target (higher layer)" for each arrow going up."""
+    out = []
+    for m, targets in graph(files).items():
+        for t in sorted(targets):
+            if layer_of(t) is not None and layer_of(m) is not None and layer_of(t) < layer_of(m):
+                out.append(f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})")
+    return out
+
+
+# ------------------------------------------------------------------ the library as it is
+
+FILES = module_files()
+
+
+def test_the_graph_sees_function_level_imports():
+    g = graph(FILES)
+    assert len(FILES) > 30 and "bec_jax.sweep" in FILES and "bec_jax.experiments.paper" in FILES
+    assert "bec_jax.mdp" in g["bec_jax.analysis"]
+    assert "bec_jax.algorithms.base" in g["bec_jax.algorithms.td"]
+
+
+def test_no_import_cycle():
+    assert cycles(graph(FILES)) == []
+
+
+def test_no_private_name_of_another_module():
+    assert private_imports(FILES) == []
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in FILES if layer_of(m) is None] == []
+
+
+def test_imports_go_down_the_layers():
+    assert upward_imports(FILES) == []
+
+
+# ------------------------------------------------------------------ the checks can fail
+
+@pytest.fixture
+def copy(tmp_path):
+    lib = shutil.copytree(LIB, tmp_path / "bec_jax", ignore=shutil.ignore_patterns("__pycache__"))
+    exp = shutil.copytree(EXPERIMENTS, tmp_path / "experiments", ignore=shutil.ignore_patterns("__pycache__"))
+    return str(lib), str(exp)
+
+
+def _append(path: str, code: str) -> None:
+    with open(path, "a") as f:
+        f.write("\n\n" + code + "\n")
+
+
+def test_an_injected_cycle_is_found(copy):
+    lib, exp = copy
+    # An import inside a function, the kind that used to hide a cycle.
+    _append(os.path.join(lib, "mdp.py"), "def _late():\n    from bec_jax import runner  # noqa\n")
+    files = module_files(lib, exp)
+    found = cycles(graph(files))
+    assert any("bec_jax.mdp" in c and "bec_jax.runner" in c for c in found), found
+    assert any("bec_jax.mdp (model) imports bec_jax.runner (runner)" == u for u in upward_imports(files))
+
+
+def test_an_injected_private_import_is_found(copy):
+    lib, exp = copy
+    _append(os.path.join(lib, "verdicts.py"), "from bec_jax.mdp import _secret  # noqa\n"
+                                              "from bec_jax import analysis as an\nx = an._hidden\n")
+    found = private_imports(module_files(lib, exp))
+    assert any(f.startswith("bec_jax.verdicts:") and f.endswith("imports bec_jax.mdp._secret") for f in found)
+    assert any(f.startswith("bec_jax.verdicts:") and f.endswith("uses bec_jax.analysis._hidden") for f in found)
+
+
+def test_an_unplaced_module_is_found(copy):
+    lib, exp = copy
+    _append(os.path.join(lib, "newthing.py"), "X = 1")
+    files = module_files(lib, exp)
+    assert [m for m in files if layer_of(m) is None] == ["bec_jax.newthing"]
