@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from bec_jax import algorithms, analysis, envs, sampling
+from bec_jax import algorithms, envs, sampling
+from bec_jax import metrics as metrics_lib
 from bec_jax.algorithms.base import Algorithm
 from bec_jax.schedules import DEFAULT_EXPONENTS, SCHEDULES
 
@@ -188,7 +189,7 @@ class SweepSpec:
       seeds, steps, log_every: every grid point runs `seeds` seeds (common random
         numbers) for `steps` steps, and the metrics are logged every `log_every`
         steps and at step 0.
-      sampler: "markov" or "iid"; metrics: names from `analysis.metric_names()`;
+      sampler: "markov" or "iid"; metrics: names from `bec_jax.metrics.metric_names()`;
       dtype: "float32" or "float64"; seed: the base seed;
       seed_offset: seed i of the sweep is stream `seed_offset + i` of the base
         seed (fresh seeds, disjoint from another sweep's, for confirmation runs);
@@ -316,13 +317,13 @@ class SweepSpec:
             object.__setattr__(self, "algorithm", alg.name)
         if not isinstance(self.sampler, str) or self.sampler not in sampling.KINDS:
             raise ValueError(f"sampler: unknown sampler {self.sampler!r}; known: {', '.join(sampling.KINDS)}")
-        known = analysis.metric_names()  # the registry now: a user's registered metrics too
+        known = metrics_lib.metric_names()  # the registry now: a user's registered metrics too
         if not self.metrics:
             raise ValueError(f"metrics: give at least one of {', '.join(known)}")
         for m in self.metrics:
             if not isinstance(m, str) or not m:
                 raise ValueError(f"metrics: unknown metric {m!r}; known: {', '.join(known)}")
-            analysis.metric_def(m, "metrics")  # a registered name or package.module:attribute, imported now
+            metrics_lib.metric_def(m, "metrics")  # a registered name or package.module:attribute, imported now
         if len(set(self.metrics)) != len(self.metrics):
             raise ValueError(f"metrics: each metric at most once, got {list(self.metrics)}")
         if not isinstance(self.dtype, str) or self.dtype not in DTYPES:

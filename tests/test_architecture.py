@@ -149,6 +149,7 @@ LAYERS = [
     ("results and specs", ["bec_jax.results", "bec_jax.control.results", "bec_jax.files", "bec_jax.stats",
                            "bec_jax.spec", "bec_jax.control.spec", "bec_jax.verdicts"]),
     ("analysis", ["bec_jax.analysis", "bec_jax.centering", "bec_jax.centered_values"]),
+    ("metrics and fixpoints", ["bec_jax.metrics", "bec_jax.fixpoints"]),
     ("environments, samplers, algorithms", ["bec_jax.envs*", "bec_jax.sampling", "bec_jax.algorithms*",
                                             "bec_jax.control", "bec_jax.control.tasks", "bec_jax.control.tiles",
                                             "bec_jax.control.loop", "bec_jax.control.algorithms",

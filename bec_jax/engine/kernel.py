@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax import analysis, sampling
+from bec_jax import metrics, sampling
 from bec_jax.algorithms.base import sharing
 from bec_jax.engine.layout import counter_index, seed_major, state_axes
 from bec_jax.engine.plan import ENV_INDEX, Group
@@ -210,11 +210,11 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     k = theta0.shape[1]
 
     if E == 1:
-        mets = [analysis.metric(models[0], m) for m in spec.metrics]  # constants, unrolled over nonzeros
+        mets = [metrics.metric(models[0], m) for m in spec.metrics]  # constants, unrolled over nonzeros
         stacked = nonzero = None
     else:
         mets = None
-        per_model = [[analysis.metric(m, name) for m in models] for name in spec.metrics]
+        per_model = [[metrics.metric(m, name) for m in models] for name in spec.metrics]
         # A metric's factor has as many rows as its rank (a projected error of
         # rank-deficient features has fewer): zero rows pad them to one shape,
         # adding exact zeros to the sum of squares. NumPy arrays: constants made
@@ -254,7 +254,7 @@ def _setup(f: Parts, seed, grids, offset, N) -> Context:
         env_idx, mets_g = None, f.mets
     else:
         env_idx = grids[0][ENV_INDEX]
-        mets_g = [analysis.Metric(jnp.asarray(R)[env_idx], jnp.asarray(h)[env_idx]) for R, h in f.stacked]
+        mets_g = [metrics.Metric(jnp.asarray(R)[env_idx], jnp.asarray(h)[env_idx]) for R, h in f.stacked]
     return Context(sizes, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
 
 
@@ -269,7 +269,7 @@ def _metric_values(f: Parts, ctx: Context, states):
     read them in the metric's loop (faster, the same bits)."""
     w = [getattr(st, mb.alg.weights) for mb, st in zip(f.members, states)]
     w = w[0] if len(w) == 1 else jnp.concatenate(w, axis=1)
-    return analysis.metric_values(ctx.mets_g, [w[..., i].T for i in range(w.shape[-1])], f.nonzero)
+    return metrics.metric_values(ctx.mets_g, [w[..., i].T for i in range(w.shape[-1])], f.nonzero)
 
 
 def _report(vals, keep, per_seed, exact_ties=False, count=None):
@@ -305,7 +305,7 @@ def _start(f: Parts, ctx: Context, per_seed):
     dstep = jnp.full((sum(ctx.sizes), N), -1, jnp.int32)
     alive0 = dstep < 0
     if E == 1:  # one start for all: its metrics once (XLA folds them), broadcast
-        vals0 = jnp.concatenate([jnp.broadcast_to(analysis.metric_values(
+        vals0 = jnp.concatenate([jnp.broadcast_to(metrics.metric_values(
             ctx.mets_g, getattr(st, mb.alg.weights)[:1, :1], f.nonzero), (len(f.mets), G, N))
             for mb, st, G in zip(f.members, states, ctx.sizes)], axis=1)
     else:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import numpy as np
 
-from bec_jax import analysis
+from bec_jax import metrics
 from bec_jax.mdp import fingerprint
 from bec_jax.spec import SweepSpec
 
@@ -194,7 +194,7 @@ def memo_key(spec, group, size: int, devices, form: KernelForm, kind: str) -> tu
     d.pop("seed", None)
     alg = spec.algorithm_def
     models = tuple(fingerprint(m) for m in group.models)
-    builders = tuple(id(analysis.metric_def(m).build) for m in getattr(spec, "metrics", ()))
+    builders = tuple(id(metrics.metric_def(m).build) for m in getattr(spec, "metrics", ()))
     return (json.dumps(d, sort_keys=True, default=str), models, id(alg.init), id(alg.update), builders,
             getattr(alg, "shares_scalars", False), group.static, tuple(np.asarray(group.indices).tolist()), size,
             tuple(dev.id for dev in devices), json.dumps(form._asdict(), default=str), kind)
