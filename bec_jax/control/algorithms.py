@@ -2,19 +2,21 @@
 (Bellman error centering applied to action values) and reward-centered Q-learning,
 as pure `init`/`update` pairs on one example (batch them with `jax.vmap`).
 
-Action values are Q(s, a) = sum_i w[active(s, a)_i] (`transition.q_values`): the
-features are sparse 0/1 vectors given by their active indices, and every update
-adds to the weights with `w.at[idx].add(...)`. Scatter-add accumulates repeated
-indices, so where the indices of (s, a) and of (s', a*) overlap (or an index
-repeats within one set) the result is the dense linear update
-theta += alpha [delta phi - gamma (u^T phi) phi'] with phi = sum of the one-hot
-vectors of the indices.
+Action values are linear, Q(s, a) = w^T phi(s, a). Every update is written once
+with the two feature operations of `bec_jax.control.transition`: `q_values`
+(w^T phi) and `add` (w + amount phi), which take either kind of features, sparse
+binary (integer indices of the features that are 1: the fast path, a gather and
+a scatter-add of m entries) or dense (float vectors phi). Scatter-add
+accumulates repeated indices, so where the indices of (s, a) and of (s', a*)
+overlap (or an index repeats within one set) the sparse result is the dense
+linear update theta += alpha [delta phi - gamma (u^T phi) phi'] with phi = sum
+of the one-hot vectors of the indices.
 
 Every update reads the state before the update: the greedy next action
 a* = argmax_b Q(s', b) (`jnp.argmax`: ties go to the lowest action index, as
 `np.argmax` in the authors' code), the TD error
     delta = r + discount Q(s', a*) - Q(s, a)
-(`discount` is 0 where s' is terminal) and p = u^T phi(s, a) = sum u[active].
+(`discount` is 0 where s' is terminal) and p = u^T phi(s, a).
 
 No importance ratio appears in any of these methods. They are one-step methods
 that condition on the taken action a (the update is to Q(s, a), whatever policy
@@ -38,7 +40,7 @@ adds a user's, `get` also takes `package.module:attribute`):
   rcq_value    Q-learning with value-based reward centering (same paper).
 
 The authors' forms differ from the published ones in one place only: the
-correction w[next_active[a*]] -= alpha gamma p uses the task's discount
+correction w -= alpha gamma p phi(s', a*) uses the task's discount
 `tr.gamma` also on terminal transitions (their code has no (1 - term) factor
 there), where the published form uses `tr.discount`, which is 0 at termination,
 so the correction vanishes (the terminal state has no features). The TD error
@@ -52,7 +54,7 @@ value-based reward centering is Bellman error centering, eq. (24)
 the two give the same weights and omega/rbar bit for bit.
 
 This module knows nothing of environments: a `ControlTransition` carries the
-indices an update needs.
+features an update needs.
 """
 from __future__ import annotations
 
@@ -64,16 +66,21 @@ import jax.numpy as jnp
 
 from bec_jax.algorithms import lookup
 from bec_jax.algorithms.base import Algorithm, StepSize, resolve, step_size, zero_count
-from bec_jax.control.transition import ControlTransition, q_values
+from bec_jax.control.transition import ControlTransition, add, is_sparse, q_values
 
 # ------------------------------------------------------------------ shared pieces
 
 def check_inputs(w: jax.Array, tr: ControlTransition) -> None:
     """Shape checks for one example (batch with `vmap`, never with extra axes):
-    w (d,), active (m,) and next_active (A, m) integer, scalars of rank 0."""
+    w (d,), active (m,) and next_active (A, m) of one kind (integer indices, or
+    float vectors with m = d), scalars of rank 0."""
     chex.assert_rank([w, tr.active, tr.next_active, tr.reward, tr.discount, tr.gamma],
                      [1, 1, 2, 0, 0, 0])
-    chex.assert_type([tr.active, tr.next_active], int)
+    if is_sparse(tr.active):
+        chex.assert_type([tr.active, tr.next_active], int)
+    else:
+        chex.assert_type([tr.active, tr.next_active], float)
+        chex.assert_axis_dimension(tr.active, 0, w.shape[0])
     chex.assert_axis_dimension(tr.next_active, 1, tr.active.shape[0])
 
 
@@ -87,8 +94,8 @@ def greedy_td_error(w: jax.Array, tr: ControlTransition) -> tuple[jax.Array, jax
 
 
 def _correct(w: jax.Array, tr: ControlTransition, a_star: jax.Array, amount: jax.Array) -> jax.Array:
-    """w with `amount` subtracted at the indices of (s', a*)."""
-    return w.at[tr.next_active[a_star]].add(-amount)
+    """w - amount phi(s', a*)."""
+    return add(w, tr.next_active[a_star], -amount)
 
 
 _ALPHA = step_size("alpha", "step size of the weights w")
@@ -112,11 +119,11 @@ def q_init(w0: jax.Array) -> QState:
 
 
 def q_update(state: QState, tr: ControlTransition, alpha: StepSize) -> QState:
-    """One Q-learning step (Watkins 1989, linear): w[active] += alpha delta."""
+    """One Q-learning step (Watkins 1989, linear): w += alpha delta phi(s, a)."""
     check_inputs(state.w, tr)
     a = resolve(alpha, state.count)
     delta, _ = greedy_td_error(state.w, tr)
-    return QState(w=state.w.at[tr.active].add(a * delta), count=state.count + 1)
+    return QState(w=add(state.w, tr.active, a * delta), count=state.count + 1)
 
 
 # ------------------------------------------------------------------ centered Q-learning
@@ -137,12 +144,12 @@ def cq_init(w0: jax.Array) -> CQState:
 
 def cq_update(state: CQState, tr: ControlTransition, alpha: StepSize, beta: StepSize) -> CQState:
     """One centered Q-learning step (the paper's CTD, eqs. (28)-(29) [omega, theta],
-    on action values): w[active] += alpha (delta - omega); omega += beta (delta - omega)."""
+    on action values): w += alpha (delta - omega) phi(s, a); omega += beta (delta - omega)."""
     check_inputs(state.w, tr)
     a, b = resolve(alpha, state.count), resolve(beta, state.count)
     delta, _ = greedy_td_error(state.w, tr)
     err = delta - state.omega
-    return CQState(w=state.w.at[tr.active].add(a * err), omega=state.omega + b * err,
+    return CQState(w=add(state.w, tr.active, a * err), omega=state.omega + b * err,
                    count=state.count + 1)
 
 
@@ -168,13 +175,13 @@ def _gq(state: GQState, tr: ControlTransition, alpha: StepSize, zeta: StepSize,
     a, z = resolve(alpha, state.count), resolve(zeta, state.count)
     delta, a_star = greedy_td_error(state.w, tr)
     p = q_values(state.u, tr.active)
-    w = _correct(state.w.at[tr.active].add(a * delta), tr, a_star, a * correction_discount * p)
-    return GQState(w=w, u=state.u.at[tr.active].add(z * (delta - p)), count=state.count + 1)
+    w = _correct(add(state.w, tr.active, a * delta), tr, a_star, a * correction_discount * p)
+    return GQState(w=w, u=add(state.u, tr.active, z * (delta - p)), count=state.count + 1)
 
 
 def gq_update(state: GQState, tr: ControlTransition, alpha: StepSize, zeta: StepSize) -> GQState:
-    """One Greedy-GQ step (Maei et al. 2010), published form: w[active] += alpha delta;
-    w[next_active[a*]] -= alpha discount p; u[active] += zeta (delta - p). At
+    """One Greedy-GQ step (Maei et al. 2010), published form: w += alpha delta phi(s, a);
+    w -= alpha discount p phi(s', a*); u += zeta (delta - p) phi(s, a), with p = u^T phi(s, a). At
     termination discount = 0 and the correction vanishes."""
     return _gq(state, tr, alpha, zeta, tr.discount)
 
@@ -182,7 +189,7 @@ def gq_update(state: GQState, tr: ControlTransition, alpha: StepSize, zeta: Step
 def gq_authors_update(state: GQState, tr: ControlTransition, alpha: StepSize,
                       zeta: StepSize) -> GQState:
     """One Greedy-GQ step as in the authors' code: as `gq_update`, except that the
-    correction w[next_active[a*]] -= alpha gamma p uses `tr.gamma`, also on terminal
+    correction w -= alpha gamma p phi(s', a*) uses `tr.gamma`, also on terminal
     transitions (no (1 - term) factor)."""
     return _gq(state, tr, alpha, zeta, tr.gamma)
 
@@ -212,17 +219,17 @@ def _cgq(state: CGQState, tr: ControlTransition, alpha: StepSize, beta: StepSize
     delta, a_star = greedy_td_error(state.w, tr)
     err = delta - state.omega
     p = q_values(state.u, tr.active)
-    w = _correct(state.w.at[tr.active].add(a * err), tr, a_star, a * correction_discount * p)
-    return CGQState(w=w, u=state.u.at[tr.active].add(z * (err - p)), omega=state.omega + b * err,
+    w = _correct(add(state.w, tr.active, a * err), tr, a_star, a * correction_discount * p)
+    return CGQState(w=w, u=add(state.u, tr.active, z * (err - p)), omega=state.omega + b * err,
                     count=state.count + 1)
 
 
 def cgq_update(state: CGQState, tr: ControlTransition, alpha: StepSize, beta: StepSize,
                zeta: StepSize) -> CGQState:
     """One centered Greedy-GQ step (the paper's CTDC, eqs. (32)-(34) [thetavmtdc,
-    uvmtdc, omegavmtdc], greedy target), published form: w[active] += alpha
-    (delta - omega); w[next_active[a*]] -= alpha discount p; u[active] += zeta
-    ((delta - omega) - p); omega += beta (delta - omega). At termination
+    uvmtdc, omegavmtdc], greedy target), published form: w += alpha
+    (delta - omega) phi(s, a); w -= alpha discount p phi(s', a*); u += zeta
+    ((delta - omega) - p) phi(s, a); omega += beta (delta - omega). At termination
     discount = 0 and the correction vanishes."""
     return _cgq(state, tr, alpha, beta, zeta, tr.discount)
 
@@ -230,7 +237,7 @@ def cgq_update(state: CGQState, tr: ControlTransition, alpha: StepSize, beta: St
 def cgq_authors_update(state: CGQState, tr: ControlTransition, alpha: StepSize, beta: StepSize,
                        zeta: StepSize) -> CGQState:
     """One centered Greedy-GQ step as in the authors' code: as `cgq_update`, except
-    that the correction w[next_active[a*]] -= alpha gamma p uses `tr.gamma`, also on
+    that the correction w -= alpha gamma p phi(s', a*) uses `tr.gamma`, also on
     terminal transitions (no (1 - term) factor)."""
     return _cgq(state, tr, alpha, beta, zeta, tr.gamma)
 
@@ -256,25 +263,25 @@ def rcq_simple_update(state: RCQState, tr: ControlTransition, alpha: StepSize,
                       beta: StepSize) -> RCQState:
     """One Q-learning step with simple reward centering (Naik et al. 2024):
     delta_bar = r - rbar + discount Q(s', a*) - Q(s, a) (computed as delta - rbar);
-    w[active] += alpha delta_bar; rbar += beta (r - rbar)."""
+    w += alpha delta_bar phi(s, a); rbar += beta (r - rbar)."""
     check_inputs(state.w, tr)
     a, b = resolve(alpha, state.count), resolve(beta, state.count)
     delta, _ = greedy_td_error(state.w, tr)
     err = delta - state.rbar
-    return RCQState(w=state.w.at[tr.active].add(a * err), rbar=state.rbar + b * (tr.reward - state.rbar),
+    return RCQState(w=add(state.w, tr.active, a * err), rbar=state.rbar + b * (tr.reward - state.rbar),
                     count=state.count + 1)
 
 
 def rcq_value_update(state: RCQState, tr: ControlTransition, alpha: StepSize,
                      beta: StepSize) -> RCQState:
     """One Q-learning step with value-based reward centering (Naik et al. 2024):
-    delta_bar = delta - rbar; w[active] += alpha delta_bar; rbar += beta delta_bar.
+    delta_bar = delta - rbar; w += alpha delta_bar phi(s, a); rbar += beta delta_bar.
     This is `cq_update` with omega = rbar, operation for operation (bit for bit)."""
     check_inputs(state.w, tr)
     a, b = resolve(alpha, state.count), resolve(beta, state.count)
     delta, _ = greedy_td_error(state.w, tr)
     err = delta - state.rbar
-    return RCQState(w=state.w.at[tr.active].add(a * err), rbar=state.rbar + b * err,
+    return RCQState(w=add(state.w, tr.active, a * err), rbar=state.rbar + b * err,
                     count=state.count + 1)
 
 

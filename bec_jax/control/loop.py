@@ -11,6 +11,9 @@ action values. One step of one run:
     episode ends on termination or after `max_episode_steps` (a truncation: its
         last transition is learned as non-terminal); then s' <- task.reset()
 
+phi is `task.features`, sparse indices or dense vectors
+(`bec_jax.control.transition`); the loop passes them on without looking.
+
 Every finished episode's return and length go into fixed-size buffers inside
 the program (no host round-trips): `EpisodeLog`. Curves by episode read the
 buffers; curves by step place each episode at the cumulative sum of the lengths.
@@ -64,7 +67,8 @@ class LoopState(NamedTuple):
     """The environment side of one run.
 
     Attributes:
-      env: the task's state. active: (A, m) its state-action features.
+      env: the task's state. active: its state-action features, every action
+        ((A, m) indices or (A, d) vectors, `task.features(env)`).
       t: steps of the current episode so far. ret: its return so far.
       episodes: finished episodes.
     """
@@ -87,7 +91,7 @@ class EpisodeLog(NamedTuple):
 def loop_init(task, key: jax.Array, dtype=jnp.float32) -> LoopState:
     """The first state of a run: a reset of `task` with `key`."""
     env = task.reset(key)
-    return LoopState(env=env, active=task.active(env), t=jnp.zeros((), jnp.int32),
+    return LoopState(env=env, active=task.features(env), t=jnp.zeros((), jnp.int32),
                      ret=jnp.zeros((), dtype), episodes=jnp.zeros((), jnp.int32))
 
 
@@ -111,7 +115,7 @@ def advance(task, update: Callable, weights: Callable, behaviour: Behaviour, max
     k_act, k_env, _ = jax.random.split(key, 3)
     a = act(weights(learner), ls, k_act, behaviour)
     env_next, reward, terminal = task.step(k_env, ls.env, a)
-    next_active = task.active(env_next)
+    next_active = task.features(env_next)
     dtype = ls.ret.dtype
     g = jnp.asarray(gamma, dtype)
     reward = reward.astype(dtype)
@@ -135,7 +139,7 @@ def reset_done(task, ls: LoopState, done: jax.Array, key: jax.Array) -> LoopStat
     key the third of `step`'s key split) and the counters back to 0."""
     env_reset = task.reset(jax.random.split(key, 3)[2])
     env = jax.tree_util.tree_map(lambda r, n: jnp.where(done, r, n), env_reset, ls.env)
-    active = jnp.where(done, task.active(env_reset), ls.active)
+    active = jnp.where(done, task.features(env_reset), ls.active)
     return LoopState(env=env, active=active, t=jnp.where(done, 0, ls.t),
                      ret=jnp.where(done, jnp.zeros((), ls.ret.dtype), ls.ret),
                      episodes=ls.episodes + done.astype(jnp.int32))

@@ -116,14 +116,17 @@ class ControlEnv:
       name: the registry name.
       num_actions: A.
       num_features: d, the length of the weight vector (all actions).
-      num_active: m, active indices per (s, a).
+      num_active: the width of a feature row: m active indices per (s, a)
+        (sparse binary features), or d (dense features).
       gamma: the discount.
       max_episode_steps: the loop ends an episode after this many steps; the
         capped last transition is learned as non-terminal.
       params: the resolved parameters of `make` (JSON-ready).
       reset: key -> env_state.
       step: (key, env_state, action) -> (next_env_state, reward, terminal).
-      active: env_state -> (A, m) int32 weight indices of (s, b) for every b.
+      features: env_state -> the features of (s, b) for every action b:
+        (A, m) int32 weight indices (sparse binary) or (A, d) float vectors
+        (dense); `bec_jax.control.transition` says how Q is formed from them.
     """
 
     name: str
@@ -135,7 +138,12 @@ class ControlEnv:
     params: dict
     reset: Callable[[jax.Array], Any]
     step: Callable[[jax.Array, Any, jax.Array], tuple[Any, jax.Array, jax.Array]]
-    active: Callable[[Any], jax.Array]
+    features: Callable[[Any], jax.Array]
+
+    @property
+    def active(self) -> Callable[[Any], jax.Array]:
+        """`features` under its earlier name (the active indices of sparse features)."""
+        return self.features
 
 
 # ------------------------------------------------------------------ registry
@@ -224,7 +232,7 @@ def _tabular_env(name, next_state, reward, terminal, start, gamma, max_episode_s
 
     return ControlEnv(name=name, num_actions=a, num_features=n * a, num_active=1, gamma=gamma,
                       max_episode_steps=max_episode_steps, params=params, reset=reset, step=step,
-                      active=active)
+                      features=active)
 
 
 def cliff_walking_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -335,7 +343,7 @@ def _tiled_env(name, gymnax_id, terminated, observe, low, high, bins, num_tiling
 
     return ControlEnv(name=name, num_actions=num_actions, num_features=num_actions * per_action,
                       num_active=num_tilings, gamma=gamma, max_episode_steps=max_episode_steps, params=params,
-                      reset=reset, step=step, active=active)
+                      reset=reset, step=step, features=active)
 
 
 def tiling(name: str, num_tilings=5, bins=None) -> tuple[np.ndarray, np.ndarray, tuple[int, ...], Any]:
