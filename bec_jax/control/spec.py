@@ -198,17 +198,35 @@ class ControlSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> ControlSpec:
-        """The spec of `to_dict` (or a TOML table); unknown fields are an error."""
+        """The spec of `to_dict` (or a TOML table): the fields above, and each of
+        the algorithm's hyperparameters in `hyperparameters` or as a top-level
+        key (`alpha = [...]`, as a prediction sweep's table takes them); unknown
+        fields are an error."""
         if not isinstance(d, dict):
             raise ValueError(f"spec: expected a table, got {d!r}")
         d = {k: v for k, v in d.items() if k != "kind"}
         known = {f.name for f in dataclasses.fields(cls)}
+        hyper = [k for k in d if k not in known]
+        if hyper and "algorithm" in d:
+            declared = algorithms.get(d["algorithm"]).names
+            hyper = [k for k in hyper if k in declared]
+            hp = d.get("hyperparameters", {})
+            if not isinstance(hp, dict):
+                raise ValueError(f"hyperparameters: expected a table name -> values, got {hp!r}")
+            hp = dict(hp)
+            for k in hyper:
+                if k in hp:
+                    raise ValueError(f"{k}: given twice (at the top level and in hyperparameters)")
+                hp[k] = d.pop(k)
+            d["hyperparameters"] = hp
         for k in d:
             if k not in known:
-                raise ValueError(f"{k}: unknown field of a control sweep; known: {', '.join(sorted(known))}")
-        for k in ("task", "algorithm", "hyperparameters"):
+                raise ValueError(f"{k}: unknown field of a control sweep; known: {', '.join(sorted(known))} "
+                                 "and the algorithm's hyperparameters")
+        for k in ("task", "algorithm"):
             if k not in d:
                 raise ValueError(f"{k}: required")
+        d.setdefault("hyperparameters", {})
         return cls(**d)
 
     def replace(self, **changes) -> ControlSpec:
