@@ -112,6 +112,11 @@ def fingerprints(spec: SweepSpec) -> list[str]:
     return sorted({fingerprint(m) for m in spec.point_mdps()})
 
 
+def updates(spec: SweepSpec) -> int:
+    """The sweep's work: every grid point's seeds' updates (`tuning.choose_form` weighs it)."""
+    return spec.num_points * spec.seeds * spec.steps
+
+
 def _steps(spec: SweepSpec, alloc: Callable | None) -> np.ndarray:
     """(L,) the logged steps; with `alloc`, in its array, filled a slab at a time."""
     L, K = spec.num_logs, spec.log_every
@@ -236,7 +241,7 @@ def _joint_key(spec, devices) -> tuple | None:
     share to run as one program, everything but the algorithm and its
     hyperparameters, and the model. None when `spec` cannot share (several
     chunks, models or calls, logs too large to hold, or several processes)."""
-    if not isinstance(spec, SweepSpec) or jax.process_count() > 1:
+    if spec.engine.KIND != KIND or jax.process_count() > 1:  # another front's sweep runs on its own
         return None
     groups = plan_groups(spec)
     if len(groups) != 1 or len(groups[0].models) != 1:

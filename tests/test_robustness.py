@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, example, given, settings
 from bec_jax import algorithms, analysis, sampling, sweep
 from bec_jax import mdp as mdp_lib
 from bec_jax.cli import main
-from bec_jax.engine import kernel
+from bec_jax.engine import divergence
 from bec_jax.mdp import make_mdp
 from bec_jax.results import SweepResult
 from bec_jax.runner import ChunkStore
@@ -663,10 +663,10 @@ def test_divergence_check_flags_nan_and_inf_runs_in_wide_batches(seeds):
     theta[1, ::3, 5] = np.nan            # one component NaN
     theta[1, 1::3, 7] = np.inf
     theta[1, 2::3, 0] = -2e6             # past the bound
-    ok = jax.jit(lambda s: kernel.run_ok(s, 1e6))(TDState(jnp.asarray(theta), jnp.zeros((2, seeds), jnp.int32)))
+    ok = jax.jit(lambda s: divergence.run_ok(s, 1e6))(TDState(jnp.asarray(theta), jnp.zeros((2, seeds), jnp.int32)))
     assert not np.asarray(ok).any()
     theta[1] = 1e6                       # at the bound: fine
-    ok = jax.jit(lambda s: kernel.run_ok(s, 1e6))(TDState(jnp.asarray(theta), jnp.zeros((2, seeds), jnp.int32)))
+    ok = jax.jit(lambda s: divergence.run_ok(s, 1e6))(TDState(jnp.asarray(theta), jnp.zeros((2, seeds), jnp.int32)))
     np.testing.assert_array_equal(np.asarray(ok), [[False] * seeds, [True] * seeds])
 
 

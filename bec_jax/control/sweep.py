@@ -18,7 +18,8 @@ This module is the control front of the engine (`bec_jax.engine.protocol.Engine`
 the memory plan (`memory.plan` with this front's `sizes`), the chunks
 (`engine.plan.split`), the program record and jit over the grid
 (`engine.programs`), the chunk loop with resume and parts
-(`engine.execute.run_chunks`), the float64 guard, `gather` and the meta record
+(`engine.execute.run_chunks`), the divergence check and revert
+(`engine.divergence`), the float64 guard, `gather` and the meta record
 (`engine.protocol`) are the engine's. It has no time segments or seed chunks:
 a chunk runs every seed of its points in one call.
 """
@@ -33,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bec_jax import memory
-from bec_jax.engine import execute
+from bec_jax.engine import divergence, execute
 from bec_jax.engine.layout import state_axes
 from bec_jax.engine.plan import Group, split
 from bec_jax.engine.programs import Program, jit_over_grid, segment_mesh
@@ -111,6 +112,12 @@ def fingerprints(spec: ControlSpec) -> list[str]:
     return []
 
 
+def updates(spec: ControlSpec) -> None:
+    """None: control programs always take the light compile (`tuning.choose_form`),
+    with which they run as fast."""
+    return None
+
+
 def chunk_grid(spec: ControlSpec, group, chunk) -> dict:
     """The program's grid input for one chunk: (chunk,) arrays of the hyperparameters."""
     columns = spec.grid_arrays()
@@ -118,26 +125,15 @@ def chunk_grid(spec: ControlSpec, group, chunk) -> dict:
     return {n: columns[n][idx].astype(spec.dtype) for n in spec.names}
 
 
-def _run_ok(learner, ls, axes, weights: str, bound: float) -> jax.Array:
-    """(G, N) True where the run looks bounded: its scalar state (omega) and the
-    action values of its current state, under every weight-like vector of the
-    learner (w, and u where there is one), are finite and within the bound.
-    Divergence of linear TD methods shows in the values they bootstrap from; an
-    O(A m) check per block keeps the cost independent of the number of features
-    (a full scan of 234,375 Acrobot weights per block cost more than the steps)."""
-    ok = None
-    leaves = jax.tree_util.tree_leaves(learner)
-    ax = jax.tree_util.tree_leaves(axes, is_leaf=lambda a: a is None)
-    for x, a in zip(leaves, ax):
-        if a is None or not jnp.issubdtype(x.dtype, jnp.floating):
-            continue
-        if x.ndim == 2:  # a scalar per run
-            v = jnp.abs(x)
-        else:  # a (G, N, d) vector: its values at the current state's features
-            v = jnp.abs(jax.vmap(jax.vmap(q_values))(x, ls.active)).max(axis=-1)
-        leaf = v <= bound  # NaN fails the comparison
-        ok = leaf if ok is None else ok & leaf
-    return ok
+def _run_ok(learner, ls, axes, bound: float) -> jax.Array:
+    """(G, N) True where the run looks bounded (`engine.divergence.run_ok`): its
+    scalar state (omega) and the action values of its current state, under every
+    weight-like vector of the learner (w, and u where there is one), are finite
+    and within the bound. Divergence of linear TD methods shows in the values
+    they bootstrap from; an O(A m) check per block keeps the cost independent of
+    the number of features (a full scan of 234,375 Acrobot weights per block
+    cost more than the steps)."""
+    return divergence.run_ok(learner, bound, axes, view=lambda x: jax.vmap(jax.vmap(q_values))(x, ls.active))
 
 
 class _Context(NamedTuple):
@@ -202,15 +198,14 @@ def _block(ctx: _Context, hp: dict, stream_keys, carry):
 
     (nl, nls, nlog), _ = jax.lax.scan(one, (learner, ls, log), jnp.arange(K, dtype=jnp.int32))
     alive = dstep < 0
-    keep = alive & _run_ok(nl, nls, axes, ctx.alg.weights, ctx.spec.divergence_bound)
+    keep = alive & _run_ok(nl, nls, axes, ctx.spec.divergence_bound)
 
     def revert(_):
-        sel = lambda n, o: jnp.where(keep.reshape(keep.shape + (1,) * (n.ndim - 2)), n, o)
-        return (jax.tree_util.tree_map(lambda n, o, a: n if a is None else sel(n, o), nl, learner, axes),
-                jax.tree_util.tree_map(sel, nls, ls), jax.tree_util.tree_map(sel, nlog, log))
+        return (divergence.revert(keep, nl, learner, axes), divergence.revert(keep, nls, ls),
+                divergence.revert(keep, nlog, log))
 
     learner, ls, log = jax.lax.cond(jnp.any(keep != alive), revert, lambda _: (nl, nls, nlog), None)
-    dstep = jnp.where(alive & ~keep, (j + 1) * K, dstep)
+    dstep = divergence.flag(dstep, alive, keep, (j + 1) * K)
     return j + 1, learner, ls, log, dstep
 
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from bec_jax import metrics, sampling
 from bec_jax.algorithms.base import sharing
+from bec_jax.engine import divergence
 from bec_jax.engine.layout import counter_index, seed_major, state_axes
 from bec_jax.engine.plan import ENV_INDEX, Group
 from bec_jax.engine.seed_stats import alive_count, log_point
@@ -27,27 +28,6 @@ from bec_jax.engine.streams import block_uniforms, per_seed_keys
 from bec_jax.engine.tuning import KernelForm, choose_form
 from bec_jax.schedules import robbins_monro
 from bec_jax.spec import SweepSpec
-
-
-def run_ok(state, bound: float, axes=None) -> jax.Array:
-    """True where every batched float leaf of the state is finite and within the
-    bound (NaN fails the comparison, so it counts as diverged), over the leaves'
-    two batch axes ((N, G) for the program's seed-major states). The max over a
-    leaf's feature axis is unrolled: a minor-axis reduction is slow on CPU (see
-    `algorithms.base.vdot`)."""
-    ok = None
-    leaves = jax.tree_util.tree_leaves(state)
-    axes = [0] * len(leaves) if axes is None else jax.tree_util.tree_leaves(axes, is_leaf=lambda a: a is None)
-    for x, ax in zip(leaves, axes):
-        if ax is None or not jnp.issubdtype(x.dtype, jnp.floating):
-            continue
-        x = jnp.abs(x.reshape(x.shape[:2] + (-1,)))
-        m = x[..., 0]
-        for i in range(1, x.shape[-1]):
-            m = jnp.maximum(m, x[..., i])
-        leaf_ok = m <= bound
-        ok = leaf_ok if ok is None else ok & leaf_ok
-    return ok
 
 
 UPDATES_PER_REPORT = 200_000_000  # updates per progress report (see `make_kernel`)
@@ -116,11 +96,6 @@ def _member(spec: SweepSpec, group: Group, k: int, dtype, tr_axis, form: KernelF
     update = jax.vmap(jax.vmap(update_one, in_axes=(axes, tr_axis, 0), out_axes=axes),
                       in_axes=(axes, 0, None), out_axes=axes)
     return _Member(alg, traced, axes, check_axes, update, form.share and alg.shares_scalars)
-
-
-def _bcast(mask: jax.Array, x: jax.Array) -> jax.Array:
-    """`mask` reshaped to broadcast against `x` (trailing axes of one)."""
-    return mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
 
 
 def _split(x: jax.Array, sizes: tuple) -> list:
@@ -359,7 +334,7 @@ def _block(f: Parts, ctx: Context, carry, j, u, per_seed):
     # the block is reverted to its state at the block's start, frozen there,
     # and flagged with the block's last step.
     alive = dstep < 0
-    oks = [run_ok(st, f.bound, mb.check_axes) for mb, st in zip(f.members, new)]  # (N, G) each
+    oks = [divergence.run_ok(st, f.bound, mb.check_axes) for mb, st in zip(f.members, new)]  # (N, G) each
     keep = alive & (oks[0] if len(oks) == 1 else jnp.concatenate(oks, axis=1)).T
     count = alive_count(keep)  # the report's, and whether any run is not kept
     # Reverting is a pass over the state, needed only where some run is not
@@ -367,10 +342,9 @@ def _block(f: Parts, ctx: Context, carry, j, u, per_seed):
     # sweeps most blocks have none. A run that diverges is flagged there too.
     states, dstep = jax.lax.cond(
         jnp.any(count < ctx.N),
-        lambda: (tuple(jax.tree_util.tree_map(
-            lambda n, o, ax: n if ax is None else jnp.where(_bcast(kp, n), n, o), nw, st, mb.axes)
-            for mb, nw, st, kp in zip(f.members, new, states, [k.T for k in _split(keep, ctx.sizes)])),
-            jnp.where(alive & ~keep, (j + 1) * f.K, dstep)),
+        lambda: (tuple(divergence.revert(kp, nw, st, mb.axes)
+                       for mb, nw, st, kp in zip(f.members, new, states, [k.T for k in _split(keep, ctx.sizes)])),
+                 divergence.flag(dstep, alive, keep, (j + 1) * f.K)),
         lambda: (new, dstep))
     if f.on_block is not None:
         jax.lax.cond((j + 1) % f.report_every == 0, lambda: jax.debug.callback(f.on_block, j + 1),

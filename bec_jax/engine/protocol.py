@@ -74,6 +74,10 @@ class Engine(Protocol):
     def fingerprints(self, spec) -> list[str]:
         """What a resume checks beyond the spec (the models' fingerprints; [] if none)."""
 
+    def updates(self, spec) -> int | None:
+        """The work of the whole sweep in updates, which `tuning.choose_form`
+        weighs (None: a front whose programs always take the light compile)."""
+
 
 def check_dtype(spec) -> None:
     """Refuses a float64 spec outside JAX's 64-bit mode (before any work)."""

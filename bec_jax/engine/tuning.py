@@ -22,7 +22,6 @@ import numpy as np
 
 from bec_jax import metrics
 from bec_jax.mdp import fingerprint
-from bec_jax.spec import SweepSpec
 
 # Steps per iteration of the inner scan. Unrolling amortises the while loop's
 # per-iteration copies of the carried state (it helps TD in isolation), but lets
@@ -114,8 +113,10 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
     emitters its metrics can round differently in the last bit from a
     one-model run of the same point (tests/test_open_engine.py), while
     one-model programs give the same bits either way (tests/test_sweep.py).
-    Off the CPU, no options. `updates`: the program's updates when it runs
-    more than `spec` (a program shared by several sweeps, `run_many`). Then
+    Off the CPU, no options. `updates`: the work the program runs; by default
+    what the spec's front says (`spec.engine.updates(spec)`; None there takes
+    the light compile); a program shared by several sweeps (`run_many`) gives
+    theirs together. Then
     `paired` and `share` follow from the emitters and the platform (see
     `KernelForm`)."""
     platform = (list(devices) if devices is not None else jax.devices())[0].platform
@@ -125,19 +126,17 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
     elif platform != "cpu":
         options, emitters = {}, "fusion"
     else:
-        emitters = _cpu_emitters(spec, group, updates)
+        emitters = _cpu_emitters(group, spec.engine.updates(spec) if updates is None else updates)
         options = _EMITTER_OPTIONS[emitters]
     paired = emitters == "fusion"
     return KernelForm(platform=platform, emitters=emitters, paired=paired, share=paired and platform == "cpu",
                       unroll=UNROLL, xla_options=tuple(sorted(options.items(), key=lambda kv: kv[0])))
 
 
-def _cpu_emitters(spec, group, updates: int | None) -> str:
+def _cpu_emitters(group, updates: int | None) -> str:
     """XLA:CPU's emitters for a program the user gave no options for (see `choose_form`)."""
     if group is not None and len(getattr(group, "models", ())) > 1:
         return "fusion"
-    if updates is None and isinstance(spec, SweepSpec):
-        updates = spec.num_points * spec.seeds * spec.steps
     return "fusion" if updates is not None and updates >= LIGHT_COMPILE_UPDATES else "loop"
 
 
