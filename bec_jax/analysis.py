@@ -330,3 +330,6 @@ def slow_ode_matrix(env: FiniteMDP, alg, hyperparameters: dict | None = None) ->
         raise ValueError(f"algorithm: the fast recursions of {alg.name} have no equilibrium for some "
                          f"{alg.weights}, so there is no two-timescale limit")
     return Gtt - Gty @ Y
+
+# The exact mean-square analysis lives in its own module (one concept per module).
+from bec_jax.mean_square import mean_square  # noqa: E402,F401
