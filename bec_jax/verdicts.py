@@ -16,6 +16,14 @@ An eigenvalue within `neutral_tol` of 0 is a neutral mode: a direction along
 which the fixpoints form an affine set (a singular A_c on Boyan or Baird). It
 neither grows nor decays and is left out of both rates. Rates are per mode; the
 conditioning of the eigenbasis (transient amplification) is not included.
+
+One sign convention for rates everywhere: a rate is the per-step logarithm of a
+growth factor, < 0 decays and > 0 grows (`Exact.rate`, `MeanSquare.rate`).
+
+The mean can converge while every run diverges: the sampling noise grows the
+second moment. Given the exact mean-square analysis (`mean_square.mean_square`,
+the second-moment operator of the sampled recursion), `verdict` says which of
+the two failed: "diverges" (in mean) or "mean stable, variance grows".
 """
 from __future__ import annotations
 
@@ -32,7 +40,9 @@ VISIBLE_GROWTH = 1e6
 _STILL_FALLING = 0.05
 
 LABELS = ("diverges", "unstable (not yet visible)", "converges", "converging (slowly)",
-          "stable in expectation, run diverged")
+          "stable in expectation, run diverged", "mean stable, variance grows")
+# `MeanSquare.label`'s values: the exact analysis alone, without a run.
+STABILITY_LABELS = ("diverges in mean", "mean stable, variance grows", "stable in mean square")
 
 
 class Exact(NamedTuple):
@@ -40,24 +50,32 @@ class Exact(NamedTuple):
 
     Attributes:
       stable: no non-neutral mode grows (|1 + lambda| <= 1).
-      growth: per-step growth rate max log|1 + lambda| of the fastest-growing
-        non-neutral mode, > 0 iff unstable, else 0.0.
-      slowest: per-step decay rate min -log|1 + lambda| of the slowest
-        non-neutral mode when stable (>= 0; 0 if there is none, or if one
-        neither grows nor decays); 0.0 when unstable.
+      rate: per-step rate max log|1 + lambda| over the non-neutral modes: > 0
+        the fastest-growing mode's growth (unstable), <= 0 the slowest mode's
+        decay (stable); 0.0 when every mode is neutral. The one signed number;
+        `growth` and `slowest` are its magnitudes.
       neutral: number of neutral modes (|lambda| <= neutral_tol).
       steps_to_tol: steps for the slowest mode to shrink by the factor `tol`,
-        log(1/tol) / slowest; 0 when every mode is neutral (or dies in one
-        step); inf when unstable or when a non-neutral mode does not decay.
+        log(tol) / rate; 0 when every mode is neutral (or dies in one step);
+        inf when unstable or when a non-neutral mode does not decay.
       tol: the factor of `steps_to_tol`.
     """
 
     stable: bool
-    growth: float
-    slowest: float
+    rate: float
     neutral: int
     steps_to_tol: float
     tol: float
+
+    @property
+    def growth(self) -> float:
+        """max(rate, 0): the growth rate when unstable, else 0."""
+        return max(self.rate, 0.0) if not self.stable else 0.0
+
+    @property
+    def slowest(self) -> float:
+        """max(-rate, 0): the slowest mode's decay rate when stable, else 0."""
+        return max(-self.rate, 0.0) if self.stable else 0.0
 
 
 def exact(G, tol: float = 1e-3, neutral_tol: float = 1e-10) -> Exact:
@@ -78,12 +96,12 @@ def exact(G, tol: float = 1e-3, neutral_tol: float = 1e-10) -> Exact:
         rate = 0.5 * np.log1p(2.0 * live.real + live.real ** 2 + live.imag ** 2)
     neutral = int(is_neutral.sum())
     if live.size and rate.max() > 0.0:
-        return Exact(False, float(rate.max()), 0.0, neutral, math.inf, tol)
+        return Exact(False, float(rate.max()), neutral, math.inf, tol)
     if not live.size:  # only neutral modes: already on the fixpoint set's directions
-        return Exact(True, 0.0, 0.0, neutral, 0.0, tol)
-    slowest = float(-rate.max())  # >= 0 here; inf if every mode dies in one step
-    steps = math.log(1.0 / tol) / slowest if slowest > 0.0 else math.inf
-    return Exact(True, 0.0, slowest, neutral, steps, tol)
+        return Exact(True, 0.0, neutral, 0.0, tol)
+    top = float(rate.max())  # <= 0 here; -inf if every mode dies in one step
+    steps = math.log(tol) / top if top < 0.0 else math.inf
+    return Exact(True, top, neutral, steps, tol)
 
 
 def exact_for(env, algorithm, hyperparameters: dict | None, tol: float = 1e-3,
@@ -94,6 +112,14 @@ def exact_for(env, algorithm, hyperparameters: dict | None, tol: float = 1e-3,
 
     G, _ = analysis.expected_update(env, algorithm, hyperparameters)
     return exact(G, tol=tol, neutral_tol=neutral_tol)
+
+
+def mean_square_for(env, algorithm, hyperparameters: dict, sampler: str = "markov", tol: float = 1e-3):
+    """`mean_square.mean_square` of the algorithm on `env` at these constant step
+    sizes: the exact mean and mean-square stability of the sampled recursion."""
+    from bec_jax import mean_square  # JAX only when a model is analysed
+
+    return mean_square.mean_square(env, algorithm, hyperparameters, sampler, tol)
 
 
 def curve_trend(curve, diverged: bool) -> str:
@@ -123,25 +149,48 @@ def _steps_text(s: float) -> str:
     return "never" if not math.isfinite(s) else str(math.ceil(s))
 
 
-def verdict(ex: Exact, curve, steps: int, diverged: bool) -> Verdict:
+def _rate_text(r: float) -> str:
+    return f"{r:+.2e}/step"
+
+
+def verdict(ex: Exact, curve, steps: int, diverged: bool, ms=None) -> Verdict:
     """The verdict on a run of `steps` steps: stability and rates from the exact
-    analysis `ex`, what was seen from its mean `curve` (`curve_trend`)."""
+    analysis `ex` of the mean, what was seen from its mean `curve`
+    (`curve_trend`). With `ms`, the exact mean-square analysis of the sampler
+    the run used (`mean_square.MeanSquare`), a run whose mean is stable but
+    whose second moment grows is "mean stable, variance grows" (the reason
+    gives both rates), and the mean's stability is that of the sampler's own
+    first-moment operator (under Markov sampling it can differ from the
+    i.i.d. mean `ex` describes)."""
     trend = curve_trend(curve, diverged)
     run = f"run: {trend} over {steps} steps"
-    if not ex.stable:
-        growth = f"analysis: unstable, growth {ex.growth:.2e}/step"
+    mean_stable, mean_rate = ex.stable, ex.rate
+    if ms is not None and ex.stable and not ms.mean_stable:
+        mean_stable, mean_rate = False, ms.mean_rate
+    if not mean_stable:
+        growth = f"analysis: diverges in mean, rate {_rate_text(mean_rate)}"
+        if ms is not None and ex.stable:
+            growth += f" under {ms.sampler} sampling (the i.i.d. mean is stable)"
         if trend in ("diverged", "growing"):
             return Verdict("diverges", f"{growth}; {run}")
-        visible = math.log(VISIBLE_GROWTH) / ex.growth
+        visible = math.log(VISIBLE_GROWTH) / mean_rate
         return Verdict("unstable (not yet visible)",
                        f"{growth}, a {VISIBLE_GROWTH:.0e} growth shows after ~{_steps_text(visible)} steps; "
                        f"{run}, so not yet visible")
-    modes = f"slowest mode {ex.slowest:.2e}/step" + (f", {ex.neutral} neutral" if ex.neutral else "")
+    modes = f"rate {_rate_text(ex.rate)}" + (f", {ex.neutral} neutral" if ex.neutral else "")
+    if ms is not None and not ms.bounded:
+        visible = math.log(VISIBLE_GROWTH) / ms.rate if ms.rate > 0 else math.inf
+        return Verdict("mean stable, variance grows",
+                       f"analysis: stable in mean ({modes}) but the second moment grows under {ms.sampler} "
+                       f"sampling (RMS rate {_rate_text(ms.rate)}, a {VISIBLE_GROWTH:.0e} growth shows after "
+                       f"~{_steps_text(visible)} steps); {run}")
+    square = "" if ms is None else f"; bounded in mean square (RMS rate {_rate_text(ms.rate)})"
     if trend == "diverged":
         return Verdict("stable in expectation, run diverged",
-                       f"analysis: stable ({modes}); run: diverged over {steps} steps "
+                       f"analysis: stable in mean ({modes}){square}; run: diverged over {steps} steps "
                        "(sampling noise or a step too large for the sampled recursion)")
     within = f"it shrinks by {ex.tol:.0e} in {_steps_text(ex.steps_to_tol)} steps"
     if steps >= ex.steps_to_tol:
-        return Verdict("converges", f"analysis: stable, {modes}, {within} <= {steps}; {run}")
-    return Verdict("converging (slowly)", f"analysis: stable, {modes}, {within} > the run's {steps}; {run}")
+        return Verdict("converges", f"analysis: stable in mean, {modes}, {within} <= {steps}{square}; {run}")
+    return Verdict("converging (slowly)",
+                   f"analysis: stable in mean, {modes}, {within} > the run's {steps}{square}; {run}")

@@ -195,3 +195,56 @@ def test_exact_for_matches_exact_of_expected_update():
     G, _ = analysis.expected_update(env, "ctd", {**hp, "beta": 0.1})
     assert exact_for(env, "ctd", {**hp, "beta": 0.1}) == exact(G)
     assert isinstance(exact_for(env, "td", hp), Exact)
+
+
+# ------------------------------------------------------------------ rates and the mean square
+
+def test_one_sign_convention_for_rates():
+    grow, decay = exact(_matrix(FAST + [2e-5])), exact(_matrix(FAST + [-1e-5]))
+    assert grow.rate == pytest.approx(math.log1p(2e-5), rel=1e-6) and grow.rate > 0
+    assert decay.rate == pytest.approx(math.log1p(-1e-5), rel=1e-6) and decay.rate < 0
+    assert decay.steps_to_tol == pytest.approx(math.log(1e-3) / decay.rate, rel=1e-12)
+    assert "rate -1.00e-05/step" in verdict(decay, _flat_curve(), 2000, False).reason
+    assert "rate +2.00e-05/step" in verdict(grow, np.linspace(1, 0.5, 11), 2000, False).reason
+
+
+def _scalar_td(alpha, sampler="markov"):
+    """TD on test_mean_square's hand-worked scalar case: mean factor 1 - 5 alpha,
+    second-moment factor 1 - 10 alpha + 41 alpha^2."""
+    from bec_jax import mdp
+    R = np.zeros((2, 1, 2))
+    R[0] = 1.0
+    env = mdp.make_mdp(pi=np.ones((2, 1)), mu=np.ones((2, 1)), P=np.full((2, 1, 2), 0.5), R=R,
+                       phi=np.array([[1.0], [3.0]]), gamma=0.0)
+    return env, verdicts.exact_for(env, "td", {"alpha": alpha}), verdicts.mean_square_for(
+        env, "td", {"alpha": alpha}, sampler)
+
+
+def test_verdict_names_the_mean_square_failure():
+    env, ex, ms = _scalar_td(0.3)
+    assert ex.stable and ex.rate == pytest.approx(math.log(0.5), abs=1e-12)
+    assert not ms.bounded and ms.label == "mean stable, variance grows" and ms.label in verdicts.STABILITY_LABELS
+    v = verdict(ex, np.linspace(1.0, 1e9, 11), 100, True, ms)
+    assert v.label == "mean stable, variance grows" and v.label in verdicts.LABELS
+    assert f"RMS rate {0.5 * math.log(1.69):+.2e}/step" in v.reason and "markov" in v.reason
+    # Without the mean-square analysis the same run is the old puzzle.
+    assert verdict(ex, np.linspace(1.0, 1e9, 11), 100, True).label == "stable in expectation, run diverged"
+    # Bounded: the verdict is the mean's, and says the second moment is bounded.
+    env, ex, ms = _scalar_td(0.1, "iid")
+    v = verdict(ex, _flat_curve(), 100, False, ms)
+    assert v.label == "converges" and f"RMS rate {0.5 * math.log(0.41):+.2e}/step" in v.reason
+    # Diverging in mean: the mean decides, whatever the second moment.
+    env, ex, ms = _scalar_td(0.45)
+    assert verdict(ex, np.linspace(1, 1e9, 11), 100, True, ms).label == "diverges"
+
+
+def test_markov_mean_can_fail_where_the_iid_mean_does_not():
+    """Baird's CTDC at large steps: E[Gamma] (i.i.d.) is stable, the Markov
+    first-moment operator is not; the verdict with the Markov analysis says so."""
+    env = envs.make("baird")
+    hp = {"alpha": 0.3, "beta": 0.2, "zeta": 0.2}
+    ex = exact_for(env, "ctdc", hp)
+    ms = verdicts.mean_square_for(env, "ctdc", hp, "markov")
+    assert ex.stable and not ms.mean_stable and ms.mean_radius > 1.04
+    v = verdict(ex, np.linspace(1, 2, 11), 2000, True, ms)
+    assert v.label == "diverges" and "under markov sampling (the i.i.d. mean is stable)" in v.reason
