@@ -154,7 +154,7 @@ LAYERS = [
     ("environments, samplers, algorithms", ["bec_jax.envs*", "bec_jax.sampling", "bec_jax.algorithms*",
                                             "bec_jax.control", "bec_jax.control.tasks", "bec_jax.control.tiles",
                                             "bec_jax.control.loop", "bec_jax.control.algorithms",
-                                            "bec_jax.control.transition"]),
+                                            "bec_jax.control.features", "bec_jax.control.transition"]),
     ("model", ["bec_jax.mdp", "bec_jax.transition", "bec_jax.schedules", "bec_jax.provenance", "bec_jax"]),
 ]
 
