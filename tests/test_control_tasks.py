@@ -566,3 +566,133 @@ def test_tiled_task_parameters():
         tasks.make("acrobot", bins=(5, 5))
     with pytest.raises(ValueError, match="bins"):
         tasks.make("mountain_car", bins=0)
+
+
+# ---------------------------------------------------------------- any gymnax environment
+
+def _rollout(env, steps, epsilon, cap=None):
+    """One run of `steps` loop steps on `env` with a learner that only records
+    each transition's discount: (discount, done, t after the step, the gymnax
+    state before the step and after it, before any reset) per step, and the
+    episode log."""
+    from bec_jax.control import loop
+    cap = cap or env.max_episode_steps
+    beh = loop.Behaviour(epsilon)
+    zeros = jnp.zeros(env.num_features)
+
+    def one(c, t):
+        ls, log = c
+        key = jax.random.fold_in(KEY, t)
+        disc, ls2, log, done = loop.advance(env, lambda _, tr: tr.discount, lambda _: zeros, beh, cap, env.gamma,
+                                            jnp.float32(0), ls, log, key)
+        return (loop.reset_done(env, ls2, done, key), log), (disc, done, ls2.t, ls.env.env, ls2.env.env)
+
+    @jax.jit
+    def run():
+        c0 = (loop.loop_init(env, KEY), loop.log_init(8))
+        return jax.lax.scan(one, c0, jnp.arange(steps))
+
+    (_, log), out = run()
+    return out, log
+
+
+def test_gymnax_time_limit_is_a_truncation_that_bootstraps():
+    """MountainCar-v0's 200-step time limit: gymnax's own `step` reports it as
+    truncated; the task learns that transition with gamma, ends the episode
+    there (the loop's cap is the limit) and starts the next one."""
+    gymnax = pytest.importorskip("gymnax")
+    env = tasks.make("gymnax:MountainCar-v0", features="tiles", num_tilings=2, bins=4)
+    assert env.max_episode_steps == 200 and env.params["max_episode_steps"] == 200
+    (disc, done, t, gstate, _), log = _rollout(env, 205, epsilon=1.0)
+    disc, done, t = np.asarray(disc), np.asarray(done), np.asarray(t)
+    # A random policy does not reach the goal in 200 steps: no true termination.
+    np.testing.assert_array_equal(disc, np.float32(0.99))
+    assert np.flatnonzero(done).tolist() == [199] and t[199] == 200
+    assert np.asarray(log.lengths)[0] == 200 and np.asarray(log.returns)[0] == -200
+    # The transition out of step 199's state is, for gymnax itself, the time limit.
+    g_env, g_params = gymnax.make("MountainCar-v0")
+    before = jax.tree.map(lambda x: x[199], gstate)
+    _, _, _, terminated, truncated, _ = g_env.step(KEY, before, 0, g_params)
+    assert bool(truncated) and not bool(terminated)
+    assert t[200] == 1  # a new episode
+
+
+def test_gymnax_true_termination_is_terminal():
+    """CartPole-v1 under a random policy: every episode ends by termination
+    (the pole falls) long before the 500-step limit, with discount 0 on that
+    transition and gymnax's `is_terminated` true after it."""
+    gymnax = pytest.importorskip("gymnax")
+    env = tasks.make("gymnax:CartPole-v1", features="fourier", order=1, low=-3, high=3)
+    assert env.max_episode_steps == 500 and env.num_features == 2 * 16
+    (disc, done, t, _, after), log = _rollout(env, 120, epsilon=1.0)
+    disc, done = np.asarray(disc), np.asarray(done)
+    ends = np.flatnonzero(done)
+    assert len(ends) >= 3
+    np.testing.assert_array_equal(disc[ends], 0.0)
+    np.testing.assert_array_equal(np.delete(disc, ends), np.float32(0.99))
+    lengths = np.asarray(log.lengths)[:len(ends)]
+    np.testing.assert_array_equal(lengths, np.diff(np.concatenate([[-1], ends])))
+    # Terminal exactly where gymnax's own termination condition holds.
+    g_env, g_params = gymnax.make("CartPole-v1")
+    term = jax.vmap(lambda s: g_env.is_terminated(s, g_params))(after)
+    np.testing.assert_array_equal(np.asarray(term), done)
+
+
+def test_gymnax_task_parameters_and_errors():
+    pytest.importorskip("gymnax")
+    env = tasks.make("gymnax:MountainCar-v0", features="rbf", centers=3, max_episode_steps=50, gamma=0.9)
+    assert (env.num_actions, env.num_features, env.num_active, env.max_episode_steps, env.gamma) == (
+        3, 27, 27, 50, 0.9)
+    rebuilt = tasks.make(env.name, **env.params)
+    assert rebuilt.params == env.params and rebuilt.num_features == 27
+    s = env.reset(KEY)
+    f = np.asarray(env.features(s))
+    assert f.shape == (3, 27) and f.dtype == np.float32
+    assert np.all(f[0, 9:] == 0) and np.all(f[1, :9] == 0) and np.all(f[1, 18:] == 0)
+    np.testing.assert_array_equal(f[0, :9], f[2, 18:])
+    for kw, msg in [
+        ({}, "^low: the observation space is unbounded in dimension\\(s\\) 1, 3"),
+        ({"features": "nope", "low": -1, "high": 1}, "^features: unknown feature map 'nope'"),
+        ({"features": "fourier", "bins": 3, "low": -1, "high": 1}, "^bins: not a parameter of features 'fourier'"),
+        ({"features": "fourier", "order": -1, "low": -1, "high": 1}, "^order: an integer >= 0"),
+        ({"features": "tiles", "low": "1 2", "high": 3}, "^low: a number or 4 numbers"),
+        ({"features": "tiles", "low": 1, "high": 1}, "^high: must exceed low"),
+        ({"features": "fourier", "order": 40, "low": -1, "high": 1}, "^order: 41\\^4"),
+        ({"features": "rbf", "sigma": 0, "low": -1, "high": 1}, "^sigma: a number > 0"),
+        ({"features": "tiles", "low": -1, "high": 1, "max_episode_steps": 0}, "^max_episode_steps"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            tasks.make("gymnax:CartPole-v1", **kw)
+    with pytest.raises(ValueError, match="^task: unknown gymnax environment 'Nope'; known: CartPole-v1"):
+        tasks.factory("gymnax:Nope")
+    with pytest.raises(ValueError, match="^task: gymnax:Pendulum-v1 has a continuous action space"):
+        tasks.make("gymnax:Pendulum-v1")
+
+
+def test_the_worked_gridworld_runs_from_the_command_line(tmp_path):
+    """examples/gridworld.py, as its docstring runs it from the repository root
+    (a fresh process: `bec-jax` finds examples.gridworld in the current
+    directory): every run learns the 6-step shortest path of a 4x4 grid."""
+    import json
+    import os
+    import subprocess
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "grid"
+    # The installed console script, whose sys.path does not hold the current directory.
+    script = os.path.join(os.path.dirname(sys.executable), "bec-jax")
+    launcher = [script] if os.path.isfile(script) else [sys.executable, "-m", "bec_jax.cli"]
+    cmd = launcher + ["control", "--task", "examples.gridworld:make_gridworld", "--task-param", "size=4",
+                      "--algorithm", "cq", "--alpha", "0.5", "--beta", "0.01", "--episodes", "30", "--seeds", "2",
+                      "--epsilon", "0", "--out", str(out)]
+    p = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    from bec_jax.control.results import ControlResult
+    r = ControlResult.load(str(out))
+    # Greedy from zero weights with -1 rewards: optimistic, so each episode explores
+    # and the last ones take the 6-step path.
+    assert r.lengths.shape == (1, 2, 30) and np.all(r.lengths[..., -5:] == 6) and np.all(r.lengths >= 6)
+    assert json.load(open(out / "meta.json"))["spec"]["task_params"] == {"size": 4}
+    bad = cmd[:cmd.index("size=4")] + ["size=1"] + cmd[cmd.index("size=4") + 1:]
+    p = subprocess.run(bad[:-1] + [str(tmp_path / "bad")], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and p.stderr.strip() == "bec-jax: error: size: an integer >= 2, got 1"
+    assert not (tmp_path / "bad").exists()

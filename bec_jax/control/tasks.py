@@ -1,17 +1,30 @@
 """Control tasks as pure environments: one example each; callers jit and vmap.
 
-A task is a `ControlEnv`: sizes, the discount, the loop's episode cap and three
-pure functions of one example,
+The task contract. A task is a `ControlEnv`: sizes, the discount, the loop's
+episode cap, its parameters and three pure functions of one example,
 
   reset(key) -> env_state                      (a pytree of arrays)
   step(key, env_state, action) -> (next_env_state, reward float32 (), terminal bool ())
-  active(env_state) -> (A, m) int32            (the weight indices of (s, b), every b)
+  features(env_state) -> (A, m) int32          indices of the features that are 1
+                                               for (s, b), every action b (sparse)
+                      or (A, d) float32        the vectors phi(s, b) (dense)
 
 `step` never resets and `terminal` means true termination only (the goal); the
 time limit is the loop's: it ends an episode after `max_episode_steps` steps and
-learns that last transition as non-terminal, as the authors' code does.
-Linear action values are Q(s, b) = sum w[active(s)[b]] over a weight vector of
-`num_features` entries covering all actions (`bec_jax.control.transition`).
+learns that last transition as non-terminal (it bootstraps with gamma), as the
+authors' code does. Linear action values are Q(s, b) = w^T phi(s, b) over a
+weight vector of `num_features` entries covering all actions
+(`bec_jax.control.transition`). A task is made by a factory whose keyword
+parameters are the task's parameters (`--task-param NAME=VALUE`);
+`examples/gridworld.py` is a worked one (`--task
+examples.gridworld:make_gridworld` from the repository root).
+
+Any gymnax environment with discrete actions is a task by name,
+`gymnax:ENV_ID` (e.g. `gymnax:CartPole-v1`; `gymnax_task`), its features a
+feature map (`bec_jax.control.features`: tiles, fourier, rbf or one's own)
+given by the task parameter `features` with that map's parameters, on the box
+`low`, `high` (default: the observation space's bounds). Its time limit is the
+loop's cap, so truncation is never learned as termination.
 
 Tasks (the paper authors' code: GameAI-NJUPT/BEC, commit 4d55a79), gamma 0.99:
 
@@ -56,8 +69,10 @@ out of reach). Gymnasium integrates in float64 and returns float32
 observations, so trajectories agree with it to float32 rounding, not bit for
 bit. Action b's tiles are at b * (tiles per action) + the tile index.
 
-`make(name, **params)` builds a task; `names()` lists them; `register(name, factory)`
-(or `@register(name)` on the factory) adds one, as this module's own tasks do. Every task takes
+`make(name, **params)` builds a task; `names()` lists the registered ones;
+`register(name, factory)` (or `@register(name)` on the factory) adds one, as
+this module's own tasks do; `package.module:function` names a factory without
+registering it. Every task takes
 `gamma` and `max_episode_steps`; the tile-coded ones also `num_tilings` and
 `bins` (an integer, or one per observation dimension). `ControlEnv.params`
 holds the resolved parameters, so `make(env.name, **env.params)` rebuilds it.
@@ -65,19 +80,22 @@ holds the resolved parameters, so `make(env.name, **env.params)` rebuilds it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import numbers
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from bec_jax.algorithms import import_attribute
+from bec_jax.control import features as feature_maps
 from bec_jax.control import tiles
 
 GAMMA = 0.99
+GYMNAX = "gymnax:"  # the prefix of `gymnax:ENV_ID` task names
 # gymnax's own time limit, raised so that it never fires (the loop truncates).
 _NO_TIME_LIMIT = 2**31 - 1
 
@@ -175,18 +193,23 @@ def names() -> list[str]:
 
 
 def factory(ref: str) -> Callable[..., ControlEnv]:
-    """The factory `ref` names: a registered name, or a `package.module:function`
-    reference (imported, not registered); `ValueError` naming `task` lists the
-    known names."""
+    """The factory `ref` names: a registered name, `gymnax:ENV_ID` (any gymnax
+    environment with discrete actions, `gymnax_task`), or a
+    `package.module:function` reference (imported, not registered); `ValueError`
+    naming `task` lists the known names."""
     if isinstance(ref, str) and ref in TASKS:
         return TASKS[ref]
+    if isinstance(ref, str) and ref.startswith(GYMNAX):
+        env_id = ref[len(GYMNAX):]
+        _gymnax_env_id(env_id)
+        return functools.partial(gymnax_task, env_id)
     if isinstance(ref, str) and ":" in ref:
         found = import_attribute(ref, "task")
         if not callable(found):
             raise ValueError(f"task: {ref!r} is a {type(found).__name__}, not a task factory")
         return found
     raise ValueError(f"task: unknown control task {ref!r}; known: {', '.join(names())} "
-                     "(or package.module:function for your own)")
+                     "(or gymnax:ENV_ID, or package.module:function for your own)")
 
 
 # ----------------------------------------------------------------- validation
@@ -410,6 +433,120 @@ def acrobot(*, gamma=GAMMA, max_episode_steps=500, num_tilings=5, bins=5) -> Con
                       {"gamma": gamma, "max_episode_steps": cap, "num_tilings": t, "bins": list(b)})
 
 
+# ------------------------------------------------------------- any gymnax environment
+
+class GymnaxState(NamedTuple):
+    """The state of a `gymnax_task`: gymnax's own state and the observation it
+    last gave (flattened, float32), which the features read."""
+
+    env: Any
+    obs: jax.Array
+
+
+def _canonical_leaf(x):
+    """int32 integers, float32 floats, booleans as they are: the scan's carry
+    keeps its types between reset and step."""
+    x = jnp.asarray(x)
+    if x.dtype == jnp.bool_:
+        return x
+    return x.astype(jnp.int32 if jnp.issubdtype(x.dtype, jnp.integer) else jnp.float32)
+
+
+def _gymnax_env_id(env_id: str) -> str:
+    """`env_id` if gymnax registers it; `ValueError` naming `task` (with the
+    install line where gymnax is missing) otherwise."""
+    try:
+        gymnax = _import_gymnax(GYMNAX + env_id)
+    except ImportError as e:
+        raise ValueError(f"task: {e}") from None
+    if env_id not in gymnax.registered_envs:
+        raise ValueError(f"task: unknown gymnax environment {env_id!r}; known: {', '.join(gymnax.registered_envs)}")
+    return env_id
+
+
+def gymnax_task(env_id: str, *, features="tiles", gamma=GAMMA, max_episode_steps=None, low=None, high=None,
+                **feature_params) -> ControlEnv:
+    """Any gymnax environment with discrete actions as a task (`--task
+    gymnax:ENV_ID`), its features given by a feature map (`control.features`).
+
+    Args:
+      env_id: a gymnax id, e.g. "CartPole-v1".
+      features: the feature map's kind ("tiles", "fourier", "rbf") or a
+        builder of one's own as package.module:function.
+      gamma: the discount.
+      max_episode_steps: the episode cap, by default the environment's own time
+        limit (`max_steps_in_episode`).
+      low, high: the box the feature map covers: a number (every dimension),
+        one per observation dimension, or a string of them separated by spaces;
+        by default the observation space's bounds, which must then be finite.
+      **feature_params: the feature map's parameters (num_tilings and bins,
+        order, centers and sigma).
+
+    Termination and truncation are kept apart. gymnax (>= 1.0) reports a step's
+    true termination from `step_env` and applies its time limit only in `step`
+    (`is_truncated`), so the task steps with `step_env` under the environment's
+    own parameters (observations that read the limit are unchanged) and
+    `terminal` is that termination alone. The time limit becomes the loop's
+    episode cap: an episode that reaches it is truncated, and its last
+    transition bootstraps with gamma like any non-terminal one (never learned
+    as terminal). The observation is flattened to (D,) float32.
+    """
+    gymnax = _import_gymnax(GYMNAX + env_id)
+    name = GYMNAX + _gymnax_env_id(env_id)
+    env, env_params = gymnax.make(env_id)
+    if not hasattr(env, "is_truncated"):  # gymnax < 1.0 folds the time limit into step_env's done
+        raise ValueError(f'task: {name} needs gymnax >= 1.0 (pip install -e ".[control]")')
+    space = env.action_space(env_params)
+    if not hasattr(space, "n"):
+        raise ValueError(f"task: {name} has a continuous action space ({type(space).__name__}); control needs a "
+                         "finite set of actions")
+    num_actions = int(space.n)
+    gamma = _gamma(gamma)
+    limit = getattr(env_params, "max_steps_in_episode", None)
+    if max_episode_steps is None:
+        if limit is None:
+            raise ValueError(f"max_episode_steps: {name} has no time limit of its own; give one")
+        max_episode_steps = int(limit)
+    cap = _positive_int("max_episode_steps", max_episode_steps)
+
+    obs0, _ = jax.eval_shape(env.reset_env, jax.random.key(0), env_params)
+    dims = int(np.prod(obs0.shape))
+    obs_space = env.observation_space(env_params)
+    space_low = np.broadcast_to(np.asarray(getattr(obs_space, "low", -np.inf), np.float64), obs0.shape).ravel()
+    space_high = np.broadcast_to(np.asarray(getattr(obs_space, "high", np.inf), np.float64), obs0.shape).ravel()
+    lo = space_low if low is None else feature_maps.vector("low", low, dims)
+    hi = space_high if high is None else feature_maps.vector("high", high, dims)
+    if not isinstance(features, str):
+        raise ValueError(f"features: a feature map's kind or package.module:function, got {features!r}")
+    fm = feature_maps.make(features, lo, hi, num_actions, **feature_params)
+    width, _ = feature_maps.check(fm, dims, num_actions, features)
+
+    def observe(obs):
+        return jnp.asarray(obs).reshape(-1).astype(jnp.float32)
+
+    def reset(key):
+        """gymnax's `reset_env`: a fresh state and its observation."""
+        obs, state = env.reset_env(key, env_params)
+        return GymnaxState(jax.tree.map(_canonical_leaf, state), observe(obs))
+
+    def step(key, state, action):
+        """gymnax's `step_env` (no auto reset); terminal is its termination,
+        without the time limit (the loop's cap)."""
+        obs, nxt, reward, terminated, _ = env.step_env(key, state.env, jnp.asarray(action, jnp.int32), env_params)
+        return (GymnaxState(jax.tree.map(_canonical_leaf, nxt), observe(obs)), jnp.asarray(reward, jnp.float32),
+                jnp.asarray(terminated, bool))
+
+    def task_features(state):
+        """The feature map of the observation."""
+        return fm.fn(state.obs)
+
+    params = {"features": features, "gamma": gamma, "max_episode_steps": cap,
+              "low": [float(v) for v in lo], "high": [float(v) for v in hi], **fm.params}
+    return ControlEnv(name=name, num_actions=num_actions, num_features=fm.num_features, num_active=width,
+                      gamma=gamma, max_episode_steps=cap, params=params, reset=reset, step=step,
+                      features=task_features)
+
+
 # ------------------------------------------------------------------ making a task
 
 def make(name: str, **params) -> ControlEnv:
@@ -417,12 +554,22 @@ def make(name: str, **params) -> ControlEnv:
     parameters; `ValueError` naming the field for an unknown task or parameter
     or a bad value."""
     make_env = factory(name)
-    allowed = list(inspect.signature(make_env).parameters)
-    for key in params:
-        if key not in allowed:
-            raise ValueError(f"{key}: not a parameter of {name}; allowed: {', '.join(allowed)}")
-    return make_env(**params)
+    sig = inspect.signature(make_env).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in sig.values()):  # else the factory checks its own
+        allowed = list(sig)
+        for key in params:
+            if key not in allowed:
+                raise ValueError(f"{key}: not a parameter of {name}; allowed: {', '.join(allowed)}")
+    try:
+        env = make_env(**params)
+    except (ValueError, ImportError):  # already one line naming its field; a missing extra (the spec's)
+        raise
+    except Exception as e:  # any other error of a user's factory: one line, not a traceback
+        raise ValueError(f"task: {name} failed: {type(e).__name__}: {e}") from None
+    if not isinstance(env, ControlEnv):
+        raise ValueError(f"task: {name!r} returned a {type(env).__name__}, not a ControlEnv")
+    return env
 
 
-__all__ = ["MAZE_MAP", "TASKS", "ControlEnv", "acrobot", "cliff_walking", "cliff_walking_tables", "factory",
-           "make", "maze", "maze_tables", "mountain_car", "names", "register", "tiling"]
+__all__ = ["GYMNAX", "MAZE_MAP", "TASKS", "ControlEnv", "GymnaxState", "acrobot", "cliff_walking",
+           "cliff_walking_tables", "factory", "gymnax_task", "make", "maze", "maze_tables", "mountain_car", "names", "register", "tiling"]
