@@ -50,6 +50,7 @@ from bec_jax.cli_args import (
     int_arg,
     listing,
     names_arg,
+    numbers,
     size_arg,
     spec_from_args,
     value,
@@ -376,6 +377,18 @@ def cmd_compare(args) -> int:
 PAPERS = ("bec", "tdrc", "control")
 
 
+def cmd_analyze(args) -> int:
+    from bec_jax import analyze
+    hyper = {k: numbers(k, v) for k, v in args.hyper.items()}
+    env_params = {k: v for k, v in (args.env_param or [])}
+    axes = tuple(args.map) if args.map else None
+    if axes is not None and len(axes) != 2:
+        raise UsageError(f"map: expected two names X,Y, got {','.join(axes)!r}")
+    print(analyze.command(args.env, args.algorithm, hyper, env_params, args.sampler, args.out, args.run, axes,
+                          args.map_points), end="")
+    return 0
+
+
 def cmd_reproduce(args) -> int:
     import importlib
 
@@ -518,6 +531,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow a non-empty --out that an earlier `reproduce` did not write")
     q.add_argument("--stall-timeout", type=_stall_timeout, metavar="SECONDS", help=STALL_HELP)
     q.set_defaults(func=cmd_reproduce)
+
+    an = sub.add_parser("analyze", help="exact mean and mean-square stability of an algorithm on a finite MDP, "
+                                        "per grid point (no run)", allow_abbrev=False,
+                        epilog="Every hyperparameter the algorithm declares is an option: --NAME v1,v2,... "
+                               "(every step size is required).")
+    an.add_argument("--env", required=True, help=f"{listing(envs.names(), None, None)}, an .npz/.toml MDP file or "
+                                                 "package.module:function")
+    an.add_argument("--algorithm", required=True, help=f"{listing(algorithms.names(), None, None)} or "
+                                                       "package.module:attribute")
+    an.add_argument("--env-param", action="append", type=env_param_arg, metavar="NAME=v1,v2",
+                    help="an environment parameter's values, e.g. gamma=0.8,0.9 (repeatable)")
+    an.add_argument("--sampler", default="markov", help=listing(sampling.KINDS, "markov"))
+    an.add_argument("--out", help="write analysis.md, analysis.json and stability_map.png/.pdf here")
+    an.add_argument("--run", metavar="DIR", help="a finished run of the same algorithm: its divergence "
+                                                 "fractions go beside the map")
+    an.add_argument("--map", type=names_arg, metavar="X,Y",
+                    help="the map's two axes (default: the first two options given several values)")
+    an.add_argument("--map-points", type=int_arg("map_points"), default=21, help="per axis (default 21)")
+    an.set_defaults(func=cmd_analyze)
     return p
 
 
@@ -555,7 +587,7 @@ def parse(argv=None):
     the algorithm declares) land in `args.hyper`."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if args.command == "run":
+    if args.command in ("run", "analyze"):  # the algorithm's declared hyperparameters: --NAME v1,v2
         args.hyper = hyper_options(extra)
     elif extra:
         tok = extra[0]
