@@ -198,3 +198,59 @@ def test_refusals_name_the_field():
         msq.mean_square(env, "td", {"alpha": 0.1}, "uniform")
     with pytest.raises(ValueError, match=r"^hyperparameters.alpha: must be a step size"):
         msq.mean_square(env, "td", {"alpha": -1.0})
+
+
+# ------------------------------------------------------------------ bec-jax analyze
+
+def test_analyze_command_table_map_and_overlay(tmp_path, capsys):
+    import json
+    import os
+
+    from bec_jax import analyze, cli, envs
+    out = str(tmp_path / "an")
+    rc = cli.main(["analyze", "--env", "two_state", "--algorithm", "ctd", "--alpha", "1e-3,0.3",
+                   "--beta", "0.01,0.5", "--out", out, "--map-points", "3"])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    rows = json.load(open(os.path.join(out, "analysis.json")))["rows"]
+    assert [(r["hyperparameters"]["alpha"], r["hyperparameters"]["beta"]) for r in rows] == [
+        (1e-3, 0.01), (1e-3, 0.5), (0.3, 0.01), (0.3, 0.5)]
+    env = envs.make("two_state")
+    for r in rows:
+        ms = msq.mean_square(env, "ctd", r["hyperparameters"], "markov")
+        assert r["mean_square_radius"] == ms.radius and r["mean_radius"] == ms.mean_radius  # same program
+        assert r["verdict"] == ms.label and r["verdict"] in printed
+    assert rows[2]["verdict"] == "diverges in mean" and rows[3]["verdict"] == "stable in mean square"
+    assert os.path.getsize(os.path.join(out, "stability_map.png")) > 10_000
+    m = json.load(open(os.path.join(out, "analysis.json")))["map"]
+    assert m["axes"] == ["alpha", "beta"] and np.asarray(m["mean_square_radius"]).shape == (3, 3)
+    assert m["x"] == pytest.approx([1e-3, np.sqrt(0.3e-3), 0.3])  # log-spaced: the values span decades
+    # bad input: one line, exit 2
+    assert cli.main(["analyze", "--env", "two_state", "--algorithm", "ctd", "--alpha", "0.1"]) == 2
+    assert "beta: the analysis needs the step size beta" in capsys.readouterr().err
+    assert cli.main(["analyze", "--env", "two_state", "--algorithm", "ctd", "--alpha", "0.1", "--beta", "0.1",
+                     "--sampler", "uniform"]) == 2
+    with pytest.raises(ValueError, match=r"^map: 'gamma' is neither"):
+        analyze.map_values("two_state", "ctd", {"alpha": [0.1, 0.2], "beta": [0.1]}, None, ("alpha", "gamma"))
+
+
+def test_analyze_overlays_a_runs_divergence(tmp_path, capsys):
+    """A short run of the same grid: the point that diverges in mean (rate +0.021
+    per step, past the 1e6 bound within ~700 steps) diverged in every seed, the
+    points stable in mean square in none."""
+    import json
+    import os
+
+    from bec_jax import cli
+    grid = ["--env", "two_state", "--algorithm", "ctd", "--alpha", "1e-3,0.3", "--beta", "0.01,0.5"]
+    run = str(tmp_path / "run")
+    assert cli.main(["run", *grid, "--steps", "2000", "--seeds", "4", "--log-every", "100", "--out", run]) == 0
+    out = str(tmp_path / "an")
+    assert cli.main(["analyze", *grid, "--out", out, "--run", run, "--map-points", "3"]) == 0
+    capsys.readouterr()
+    rec = json.load(open(os.path.join(out, "analysis.json")))
+    sim = {(x, y): f for x, y, f in zip(rec["run"]["x"], rec["run"]["y"], rec["run"]["diverged"])}
+    verdict = {(r["hyperparameters"]["alpha"], r["hyperparameters"]["beta"]): r["verdict"] for r in rec["rows"]}
+    assert sim.keys() == verdict.keys()
+    for p, f in sim.items():
+        assert f == (1.0 if verdict[p] == "diverges in mean" else 0.0), (p, f, verdict[p])
