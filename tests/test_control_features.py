@@ -143,3 +143,145 @@ def test_shape_checks_of_dense_features():
         ca.q_update(st, tr._replace(active=jnp.zeros(D - 1), next_active=jnp.zeros((A, D - 1))), alpha=0.1)
     with pytest.raises(AssertionError):  # one kind for (s, a) and (s', .)
         ca.q_update(st, tr._replace(next_active=jnp.zeros((A, D), jnp.int32)), alpha=0.1)
+
+
+# ------------------------------------------------------------------ feature maps by hand
+
+from bec_jax.control import features as fmaps  # noqa: E402
+
+
+def test_tile_coding_of_a_box_by_hand():
+    # One tiling of 2 x 2 tiles on [0, 1] x [-1, 1]: tile = 2 c0 + c1; action b's at b * 4.
+    fm = fmaps.make("tiles", [0.0, -1.0], [1.0, 1.0], 3, num_tilings=1, bins=2)
+    assert fm.num_features == 12 and fm.params == {"num_tilings": 1, "bins": [2, 2]}
+    got = np.asarray(jax.jit(fm.fn)(jnp.asarray([0.7, -0.2])))
+    np.testing.assert_array_equal(got, [[2], [6], [10]])
+    np.testing.assert_array_equal(np.asarray(fm.fn(jnp.asarray([-5.0, 9.0]))), [[1], [5], [9]])  # outside: outer tiles
+    # Two tilings of 4 bins in 1-D, shifted by 0 and +1/8 (tiles.tiling_offsets: k = 0, 1 times a
+    # tile width over 2): edges 0.25, 0.5, 0.75 and 0.375, 0.625, 0.875; a tiling has 4 tiles.
+    fm = fmaps.make("tiles", [0.0], [1.0], 2, num_tilings=2, bins=4)
+    np.testing.assert_array_equal(np.asarray(fm.fn(jnp.asarray([0.3]))), [[1, 4], [9, 12]])
+    np.testing.assert_array_equal(np.asarray(fm.fn(jnp.asarray([0.4]))), [[1, 5], [9, 13]])
+
+
+def test_fourier_basis_by_hand():
+    fm = fmaps.make("fourier", [-2.0], [2.0], 2, order=2)
+    assert fm.num_features == 6
+    # u = (x - low) / (high - low); features cos(pi c u), c = 0, 1, 2, in action b's block.
+    np.testing.assert_allclose(np.asarray(fm.fn(jnp.asarray([0.0]))), [[1, 0, -1, 0, 0, 0], [0, 0, 0, 1, 0, -1]],
+                               atol=1e-6)
+    np.testing.assert_allclose(np.asarray(fm.fn(jnp.asarray([-1.0])))[0, :3], [1, np.cos(np.pi / 4), 0], atol=1e-6)
+    np.testing.assert_allclose(np.asarray(fm.fn(jnp.asarray([7.0])))[0, :3], [1, -1, 1], atol=1e-6)  # clipped
+    # In 2-D the coefficients are every (c0, c1) in {0, 1}^2, c1 varying fastest.
+    fm = fmaps.make("fourier", [0.0, 0.0], [1.0, 1.0], 1, order=1)
+    np.testing.assert_allclose(np.asarray(fm.fn(jnp.asarray([0.5, 1.0])))[0], [1, -1, 0, 0], atol=1e-6)
+
+
+def test_rbf_basis_by_hand():
+    fm = fmaps.make("rbf", [0.0], [4.0], 2, centers=3, sigma=0.5)
+    assert fm.num_features == 6 and fm.params == {"centers": 3, "sigma": 0.5}
+    # centers 0, 0.5, 1 of the scaled box; x = 0 -> u = 0: exp(-d^2 / (2 * 0.25)).
+    np.testing.assert_allclose(np.asarray(fm.fn(jnp.asarray([0.0])))[1], [0, 0, 0, 1, np.exp(-0.5), np.exp(-2.0)],
+                               rtol=1e-6)
+    assert fmaps.make("rbf", [0.0], [1.0], 1, centers=5).params["sigma"] == 0.25  # one grid spacing
+
+
+def test_a_feature_map_of_ones_own(tmp_path, monkeypatch):
+    (tmp_path / "my_features_test.py").write_text(
+        "import jax.numpy as jnp\n"
+        "from bec_jax.control.features import FeatureMap, per_action\n"
+        "def poly(low, high, num_actions, *, degree=2):\n"
+        "    fn = per_action(lambda x: jnp.concatenate([x ** p for p in range(degree + 1)]), "
+        "len(low) * (degree + 1), num_actions)\n"
+        "    return FeatureMap(num_actions * len(low) * (degree + 1), fn, {'degree': degree})\n"
+        "def wrong(low, high, num_actions):\n"
+        "    return FeatureMap(3, lambda x: jnp.zeros((num_actions, 2)), {})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fm = fmaps.make("my_features_test:poly", [-1.0], [1.0], 2, degree=2)
+    np.testing.assert_allclose(np.asarray(fm.fn(jnp.asarray([3.0]))), [[1, 3, 9, 0, 0, 0], [0, 0, 0, 1, 3, 9]])
+    with pytest.raises(ValueError, match="^features: 'my_features_test:wrong' gives dense rows of 2, but"):
+        fmaps.make("my_features_test:wrong", [-1.0], [1.0], 2)
+    with pytest.raises(ValueError, match="^degre: not a parameter of features 'my_features_test:poly'"):
+        fmaps.make("my_features_test:poly", [-1.0], [1.0], 2, degre=2)
+    with pytest.raises(ValueError, match="^features: cannot import 'nope_features_test'"):
+        fmaps.make("nope_features_test:f", [-1.0], [1.0], 2)
+
+
+# ------------------------------------------------------------------ dense features in the loop
+
+def np_fourier(obs, low, high, order, num_actions):
+    """(A, A k) from NumPy: the Fourier basis (Konidaris et al. 2011) in action b's block."""
+    u = np.clip((np.asarray(obs, np.float64) - low) / (high - low), 0, 1)
+    import itertools
+    c = np.asarray(list(itertools.product(range(order + 1), repeat=len(low))), np.float64)
+    x = np.cos(np.pi * c @ u)
+    return np.kron(np.eye(num_actions), x)
+
+
+@pytest.mark.parametrize("name", ["cq", "cgq"])
+def test_gymnax_fourier_loop_steps_match_numpy(name):
+    """40 loop steps of CartPole-v1 with Fourier features: at every step the
+    transition's features are NumPy's Fourier basis of the observations and the
+    learner's new state is the dense NumPy step from its old one."""
+    pytest.importorskip("gymnax")
+    from bec_jax.control import loop, tasks
+    low, high = np.array([-2.4, -3.0, -0.25, -3.5]), np.array([2.4, 3.0, 0.25, 3.5])
+    env = tasks.make("gymnax:CartPole-v1", features="fourier", order=1, low=" ".join(map(str, low)),
+                     high=" ".join(map(str, high)))
+    alg = ca.get(name)
+    h = {"alpha": 0.05, "beta": 0.1, "zeta": 0.1}
+
+    @jax.jit
+    def step(learner, ls, log, key):
+        rec = lambda st, tr: (alg.apply(st[0], tr, h), tr)
+        (new, tr), ls2, log, done = loop.advance(env, rec, lambda st: st[0].w, loop.Behaviour(0.2), 500, 0.99,
+                                                 learner, ls, log, key)
+        return (new, tr), ls2, loop.reset_done(env, ls2, done, key), log
+
+    dummy = ControlTransition(jnp.zeros(32), jnp.float32(0), jnp.float32(0), jnp.float32(0), jnp.zeros((2, 32)))
+    learner = (alg.init(jnp.zeros(32)), dummy)
+    ls, log = loop.loop_init(env, jax.random.key(1)), loop.log_init(4)
+    for t in range(40):
+        before = {f: np.asarray(v, np.float64) for f, v in learner[0]._asdict().items() if f != "count"}
+        obs = np.asarray(ls.env.obs)
+        learner, after, ls, log = step(learner, ls, log, jax.random.fold_in(jax.random.key(2), t))
+        tr = learner[1]
+        phis, phin = np_fourier(obs, low, high, 1, 2), np_fourier(np.asarray(after.env.obs), low, high, 1, 2)
+        a = [b for b in range(2) if np.allclose(np.asarray(tr.active), phis[b], atol=1e-5)]
+        assert len(a) == 1, t  # the taken action's row, and no other
+        np.testing.assert_allclose(np.asarray(tr.next_active), phin, atol=1e-5)
+        want = np_step(name, before, phis[a[0]], phin, float(tr.reward), float(tr.discount), 0.99, h)
+        for f, v in want.items():
+            np.testing.assert_allclose(np.asarray(learner[0]._asdict()[f]), v, rtol=1e-4, atol=1e-5, err_msg=f"{f} {t}")
+    assert np.abs(np.asarray(learner[0].w)).max() > 0.01 and int(ls.episodes) >= 1
+
+
+# ------------------------------------------------------------------ the README's quickstart
+
+def test_readme_control_quickstart_runs_as_pasted(tmp_path):
+    """The bash block of the README's "Your task, your features", run by bash
+    where the repository root would be (the gridworld example copied there):
+    both runs finish every episode, and most of the gridworld's last episodes
+    take the 6-step shortest path of its 4x4 grid."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    import sys
+    pytest.importorskip("gymnax")
+    from bec_jax.control.results import ControlResult
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(repo, "README.md")).read()
+    part = text[text.index("### Your task, your features"):]
+    block = re.findall(r"```bash\n(.*?)```", part, re.S)[0]
+    assert "gymnax:CartPole-v1" in block and "examples.gridworld:make_gridworld" in block
+    (tmp_path / "examples").mkdir()
+    shutil.copy(os.path.join(repo, "examples", "gridworld.py"), tmp_path / "examples" / "gridworld.py")
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+    p = subprocess.run(["bash", "-ec", block], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    cart = ControlResult.load(str(tmp_path / "runs" / "cartpole"))
+    assert cart.lengths.shape == (1, 2, 20) and cart.valid.all() and np.all(cart.lengths >= 8)
+    grid = ControlResult.load(str(tmp_path / "runs" / "grid"))
+    # epsilon 0.1 explores now and then: most last episodes, not all, take the shortest path
+    assert grid.lengths.shape == (1, 2, 30) and grid.lengths.min() == 6 and np.median(grid.lengths[..., -10:]) == 6
