@@ -265,6 +265,16 @@ def csv_text(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
+def import_pandas():
+    """The optional pandas module, or ImportError saying how to install it."""
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("pandas is an optional extra of bec_jax: pip install 'bec_jax[pandas]' "
+                          "(or pip install pandas)") from None
+    return pandas
+
+
 def read_meta(out_dir: str) -> dict | None:
     """`out_dir`/meta.json as a dict, or None when it is missing or not a JSON object."""
     try:

@@ -290,12 +290,20 @@ def rows_markdown(rows: list[dict]) -> str:
     return head + "".join("| " + " | ".join(cell(r.get(c)) for c in cols) + " |\n" for r in rows)
 
 
-def plot_results(results: dict, out_dir: str, metric: str | None = None, select: dict | None = None,
-                 confirmations: dict | None = None) -> list[str]:
+def check_metric(results: dict, metric: str | None) -> str | None:
+    """`metric` if every result logged it (None: each one's first); `ValueError`
+    naming `metric` otherwise."""
+    for r in results.values():
+        if metric is not None and metric not in r.metrics:
+            raise ValueError(f"metric: {metric!r} was not logged by every run; available: {', '.join(r.metrics)}")
+    return metric
+
+
+def result_figures(results: dict, out_dir: str, metric: str | None = None, select: dict | None = None,
+                   prefix: str = "") -> list[str]:
     """For each result: `curves_<name>.png` (its best point, or `select`) and
-    `sensitivity_<name>.png`; for all: `curves.png` (every best curve on one
-    panel), `table.md` and `table.csv` (`summary_rows`, with `confirmations`).
-    Returns the paths."""
+    `sensitivity_<name>.png`; for several: `<prefix>curves.png` (every best
+    curve on one panel). Returns the paths."""
     paths = []
     for key, r in results.items():
         paths += save_figure(curves_figure({key: r}, metric, f"{key}: {r.env} / {r.algorithm}", select),
@@ -305,9 +313,28 @@ def plot_results(results: dict, out_dir: str, metric: str | None = None, select:
             paths += save_figure(fig, out_dir, f"sensitivity_{key}", formats=("png",))
     if len(results) > 1:
         paths += save_figure(curves_figure(results, metric, "best setting of each sweep", select), out_dir,
-                             "curves", formats=("png",))
-    rows = summary_rows(results, metric, confirmations)
-    for name, text in (("table.md", rows_markdown(rows)), ("table.csv", csv_text(rows))):
+                             f"{prefix}curves", formats=("png",))
+    return paths
+
+
+def write_tables(out_dir: str, tables: list[list[dict]]) -> list[str]:
+    """`table.md` (each list of rows as its own markdown table: the kinds of
+    runs have different columns) and `table.csv` (every row, with the union of
+    the columns) in `out_dir`. Returns the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    md = "\n".join(rows_markdown(rows) for rows in tables if rows)
+    paths = []
+    for name, text in (("table.md", md), ("table.csv", csv_text([r for rows in tables for r in rows]))):
         atomic_write(os.path.join(out_dir, name), lambda f, t=text: f.write(t))
         paths.append(os.path.join(out_dir, name))
     return paths
+
+
+def plot_results(results: dict, out_dir: str, metric: str | None = None, select: dict | None = None,
+                 confirmations: dict | None = None) -> list[str]:
+    """For each result: `curves_<name>.png` (its best point, or `select`) and
+    `sensitivity_<name>.png`; for all: `curves.png` (every best curve on one
+    panel), `table.md` and `table.csv` (`summary_rows`, with `confirmations`).
+    Returns the paths."""
+    paths = result_figures(results, out_dir, metric, select)
+    return paths + write_tables(out_dir, [summary_rows(results, metric, confirmations)])

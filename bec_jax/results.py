@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bec_jax import files
+from bec_jax.control.results import ControlResult
 from bec_jax.files import (
     CURVES_FILE,
     GRID_PREFIX,
@@ -32,24 +33,16 @@ from bec_jax.files import (
     copy_rows,
     csv_text,
     finite_or_none,
+    import_pandas,
     log_path,
     map_logs,
     maps_file,
     open_log,
+    read_meta,
     write_json,
 )
 from bec_jax.spec import SweepSpec
 from bec_jax.stats import t_interval, t_quantile
-
-
-def import_pandas():
-    """The optional pandas module, or ImportError saying how to install it."""
-    try:
-        import pandas
-    except ImportError:
-        raise ImportError("pandas is an optional extra of bec_jax: pip install 'bec_jax[pandas]' "
-                          "(or pip install pandas)") from None
-    return pandas
 
 
 @dataclass
@@ -77,6 +70,8 @@ class SweepResult:
         the logged points), +inf for diverged seeds; None for results saved
         before it was recorded.
     """
+
+    KIND = "prediction"  # the kind of sweep (a control sweep's result is a `ControlResult`)
 
     spec: object
     steps: np.ndarray
@@ -389,3 +384,21 @@ class SweepResult:
                             alive=z["alive"])
             return cls(spec=spec, grid=grid, **logs, final=stack("final"),
                        diverged_step=z["diverged_step"], meta=meta, spec_dict=spec_dict, auc_seed=auc_seed)
+
+
+# A saved spec's "kind" (none for a prediction sweep) -> the class of its result.
+RESULT_KINDS = {None: SweepResult, ControlResult.KIND: ControlResult}
+
+
+def load_result(out_dir: str):
+    """The result saved in `out_dir`, of whichever kind its `meta.json`'s spec
+    names: a `SweepResult` or a `ControlResult`. `ValueError` naming `dirs` when
+    there is none or the kind is unknown."""
+    spec = (read_meta(out_dir) or {}).get("spec")
+    if not isinstance(spec, dict) or not os.path.isfile(os.path.join(out_dir, CURVES_FILE)):
+        raise ValueError(f"dirs: {out_dir!r} holds no finished run (curves.npz and meta.json)")
+    kind = spec.get("kind")
+    if kind not in RESULT_KINDS:
+        raise ValueError(f"dirs: {out_dir!r} holds a run of an unknown kind {kind!r}; "
+                         f"known: {', '.join(k for k in RESULT_KINDS if k)} (or none: prediction)")
+    return RESULT_KINDS[kind].load(out_dir)

@@ -1,7 +1,12 @@
-"""Figures of control sweeps: learning curves (steps per episode or return, by
-episode or by step, with 95% confidence bands over seeds) and step-size
-sensitivity. Reads `ControlResult`s only; figures are made without pyplot (see
-`bec_jax.plotting`).
+"""Figures and tables of control sweeps: learning curves (steps per episode or
+return, by episode or by step, with 95% confidence bands over seeds), step-size
+sensitivity, the comparison of several runs' best curves and the table of their
+best settings with Student-t intervals over seeds. Reads `ControlResult`s only;
+figures are made without pyplot (see `bec_jax.plotting`).
+
+Every "best setting" here is `ControlResult.best_index(stat)`: the best area
+under the curve of the statistic drawn, among points whose every run finished
+its episodes without diverging.
 """
 from __future__ import annotations
 
@@ -16,6 +21,46 @@ from bec_jax.plotting import (
 )
 
 STAT_LABELS = {"length": "steps per episode", "return": "return per episode"}
+DEFAULT_STAT = "return"  # what `compare` and `plot` draw and choose by unless told
+
+
+def check_stat(stat) -> str:
+    """`stat` (None: `DEFAULT_STAT`) if a control run logs it; `ValueError`
+    naming `metric` (the command line's option) otherwise."""
+    stat = DEFAULT_STAT if stat is None else stat
+    if stat not in STAT_LABELS:
+        raise ValueError(f"metric: control runs log {' and '.join(STAT_LABELS)} per episode, got {stat!r}")
+    return stat
+
+
+def smoothing_window(episodes: int) -> int:
+    """The moving average drawn over episodes: 20, or a tenth of a short run
+    (a 20-episode average of a 20-episode run would hide its learning)."""
+    return max(1, min(20, episodes // 10))
+
+
+def _window(results: dict) -> int:
+    return smoothing_window(min(r.episodes for r in results.values()))
+
+
+def chosen_points(results: dict, stat: str, select: dict | None = None) -> dict:
+    """{key: grid point} of each result: its best (`best_index(stat)`), among
+    the points `select` ({column: value}) names when given; `ValueError`
+    naming `select` when it names none of a result's points."""
+    out = {}
+    for key, r in results.items():
+        where = None
+        if select:
+            where = r.select(**select)
+            if not where.any():
+                raise ValueError(f"select: no grid point of {key!r} has {select}")
+        out[key] = r.best_index(stat, where)
+    return out
+
+
+def setting(r, i: int) -> str:
+    """'alpha=0.1, beta=0.01': every grid column of point i."""
+    return ", ".join(f"{n}={v:g}" for n, v in r.point(i).items())
 
 
 def smooth(y: np.ndarray, window: int) -> np.ndarray:
@@ -68,6 +113,8 @@ def sensitivity(ax, results: dict, over: str = "alpha", stat: str = "length", st
     styles = styles or {}
     for key, r in results.items():
         st = styles.get(key, {})
+        if over not in r.grid:  # another algorithm's columns: nothing to draw against `over`
+            continue
         auc = r.auc(stat)
         seeds = r.auc_seed(stat)
         xs, ys, los, his = [], [], [], []
@@ -95,25 +142,69 @@ def sensitivity(ax, results: dict, over: str = "alpha", stat: str = "length", st
     ax.legend(fontsize=7)
 
 
-def plot_results(results: dict, out_dir: str, stat: str = "length") -> list[str]:
+def compare_figure(results: dict, metric: str | None = None, title: str = "", select: dict | None = None):
+    """One panel: the curve by episode of each result's best grid point (or the
+    best of the points `select` names), mean over seeds with its 95% t-interval
+    band, labelled by its key and setting. `metric` is the statistic, 'return'
+    (default) or 'length'."""
+    stat = check_stat(metric)
+    points = chosen_points(results, stat, select)
+    fig, axes = new_figure(1, 1, panel=(7.0, 4.6))
+    curves(axes[0, 0], results, stat, "episode", _window(results), styles={k: {"label": str(k)} for k in results},
+           title=title or ", ".join(sorted({r.task for r in results.values()})), points=points)
+    fig.tight_layout()
+    return fig
+
+
+def plot_results(results: dict, out_dir: str, stat: str | None = None, select: dict | None = None,
+                 prefix: str = "") -> list[str]:
     """Figures of several control sweeps ({label: ControlResult}) into
-    `out_dir`: each one's best curve by episode and by step on one figure
-    (curves.png/pdf) and the sensitivity to the first grid column
-    (sensitivity.png/pdf)."""
+    `out_dir`: each one's best curve (by `stat`, default return; or the best
+    of the points `select` names) by episode and by step on one figure
+    (`<prefix>curves.png/pdf`) and the sensitivity to the first grid column
+    (`<prefix>sensitivity.png/pdf`). Returns the paths."""
+    stat = check_stat(stat)
+    points = chosen_points(results, stat, select)
     fig, axes = new_figure(1, 2, panel=(6.0, 4.4))
     tasks = sorted({r.task for r in results.values()})
     title = ", ".join(tasks)
-    curves(axes[0, 0], results, stat, "episode", title=title)
-    curves(axes[0, 1], results, stat, "step", title=title)
+    curves(axes[0, 0], results, stat, "episode", _window(results), title=title, points=points)
+    curves(axes[0, 1], results, stat, "step", title=title, points=points)
     fig.tight_layout()
-    paths = save_figure(fig, out_dir, "curves")
+    paths = save_figure(fig, out_dir, f"{prefix}curves")
     over = next(iter(next(iter(results.values())).grid))
     fig, axes = new_figure(1, 1)
     sensitivity(axes[0, 0], results, over, stat, title=title)
     fig.tight_layout()
-    return paths + save_figure(fig, out_dir, "sensitivity")
+    return paths + save_figure(fig, out_dir, f"{prefix}sensitivity")
 
 
-def plot_result(r, out_dir: str, stat: str = "length") -> list[str]:
+def plot_result(r, out_dir: str, stat: str | None = None) -> list[str]:
     """`plot_results` for one sweep."""
     return plot_results({r.algorithm: r}, out_dir, stat)
+
+
+def summary_rows(results: dict, metric: str | None = None, confirmations: dict | None = None) -> list[dict]:
+    """One row per result ({key: ControlResult}): its best setting by `metric`
+    ('return', the default, or 'length'; `best_by`), and there the area under
+    each statistic's curve (the mean over episodes) and its final value (the
+    last 10% of episodes), each with its 95% Student-t interval over seeds
+    (`ControlResult.summary`), the final omega and the fractions of diverged
+    and incomplete runs. A result with no valid point gets its reason in
+    `note`. (`confirmations` is accepted for the prediction table's
+    signature; control runs have none.)"""
+    stat = check_stat(metric)
+    rows = []
+    for key, r in results.items():
+        row = {"sweep": key, "task": r.task, "algorithm": r.algorithm}
+        try:
+            b = r.best_index(stat)
+        except ValueError as e:
+            rows.append({**row, "setting": None, "best_by": stat, "seeds": r.seeds, "episodes": r.episodes,
+                         "note": str(e)})
+            continue
+        rec = r.summary()[b]
+        stats = {k: v for k, v in rec.items() if k not in r.grid and k not in ("task", "algorithm")}
+        rows.append({**row, "setting": setting(r, b), "best_by": stat, "seeds": r.seeds, "episodes": r.episodes,
+                     **stats})
+    return rows

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bec_jax.control.spec import KIND as CONTROL_KIND
 from bec_jax.control.spec import ControlSpec
 from bec_jax.files import (
     CURVES_FILE,
@@ -26,6 +27,7 @@ from bec_jax.files import (
     atomic_write,
     csv_text,
     finite_or_none,
+    import_pandas,
     read_meta,
     write_json,
 )
@@ -52,6 +54,8 @@ class ControlResult:
         mean TD error, or reward centering's average reward), or None.
       meta: timings, versions, machine and device.
     """
+
+    KIND = CONTROL_KIND  # the kind of sweep, as its spec's "kind" names it
 
     spec: object
     grid: dict
@@ -159,15 +163,33 @@ class ControlResult:
         out = np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in a])
         return np.where(self.valid.all(-1), out, np.nan)
 
-    def best_index(self, stat: str = "length") -> int:
+    def best_index(self, stat: str = "length", where: np.ndarray | None = None) -> int:
         """The grid point with the best area under the curve (fewest steps per
         episode, or most return), among points all of whose runs finished every
-        episode without diverging."""
+        episode without diverging; `where` (G,) bool restricts the choice (e.g.
+        to the points `select` finds)."""
         a = self.auc(stat)
+        if where is not None:
+            where = np.asarray(where, bool)
+            if not where.any():
+                raise ValueError("where: selects no grid point")
+            a = np.where(where, a, np.nan)
         if not np.isfinite(a).any():
-            raise ValueError(f"best: every grid point of {self.algorithm} on {self.task} has a run that diverged "
+            raise ValueError(f"best: every grid point of {self.algorithm} on {self.task}"
+                             f"{' that was selected' if where is not None else ''} has a run that diverged "
                              "or did not finish its episodes within max_steps")
         return int(np.nanargmin(a) if BETTER[stat] == "lower" else np.nanargmax(a))
+
+    def select(self, **values) -> np.ndarray:
+        """(G,) True where every given grid column equals the given value."""
+        mask = np.ones(self.num_points, bool)
+        for n, v in values.items():
+            if n not in self.grid:
+                raise ValueError(f"{n}: not a grid column; columns: {', '.join(self.grid)}")
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+                raise ValueError(f"{n}: expected a number, got {v!r}")
+            mask &= np.isclose(self.grid[n], v)
+        return mask
 
     def ci(self, values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         """(low, high), each (G,): Student-t intervals of the mean of per-seed
@@ -202,6 +224,24 @@ class ControlResult:
             rec["incomplete_fraction"] = float(incomplete[i])
             recs.append(rec)
         return recs
+
+    def to_frame(self, level: float = 0.95):
+        """A long-format pandas DataFrame: one row per grid point x statistic
+        ('length', 'return') x episode, with the grid columns, task, algorithm,
+        stat, episode, mean, the Student-t interval of the mean (ci_low,
+        ci_high) and n, the valid runs it is over (see `curve`). Needs the
+        optional pandas: pip install 'bec_jax[pandas]'."""
+        pd = import_pandas()
+        E = self.episodes
+        frames = []
+        for stat in STATS:
+            for i in range(self.num_points):
+                x, mean, lo, hi = self.curve(i, stat, level)
+                cols = {n: np.repeat(v[i], E) for n, v in self.grid.items()}
+                frames.append(pd.DataFrame({
+                    "task": self.task, "algorithm": self.algorithm, **cols, "stat": stat, "episode": x,
+                    "mean": mean, "ci_low": lo, "ci_high": hi, "n": int(self.valid[i].sum())}))
+        return pd.concat(frames, ignore_index=True)
 
     # -- persistence -------------------------------------------------------------
     def arrays(self) -> dict[str, np.ndarray]:
