@@ -143,7 +143,7 @@ LAYERS = [
     ("command line", ["bec_jax.cli", "bec_jax.cli_args", "bec_jax.analyze", "bec_jax.experiments*"]),
     ("studies", ["bec_jax.study"]),
     ("runner", ["bec_jax.runner", "bec_jax.rundir"]),
-    ("fronts and figures", ["bec_jax.sweep", "bec_jax.control.sweep", "bec_jax.plotting",
+    ("fronts and figures", ["bec_jax.sweep", "bec_jax.control.sweep", "bec_jax.figures", "bec_jax.plotting",
                             "bec_jax.control.plotting", "bec_jax.watchdog"]),
     ("engine", ["bec_jax.engine*", "bec_jax.memory"]),
     ("results and specs", ["bec_jax.results", "bec_jax.control.results", "bec_jax.files", "bec_jax.stats",
