@@ -231,7 +231,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_control(args) -> int:
-    spec = _spec_or_resume(args, bool(args.task or args.algorithm), control_spec_from_args)
+    spec = _spec_or_resume(args, bool(args.task or args.algorithm or args.hyper), control_spec_from_args)
     result = _run_into_dir(spec, args, "control")
     if isinstance(result, int):
         return result
@@ -281,11 +281,12 @@ def cmd_study(args) -> int:
 
 
 def _open_results(dirs) -> tuple[dict, dict]:
-    """({name: SweepResult}, {name: its directory}) of run directories and the
-    finished sweeps of study directories."""
+    """({name: result}, {name: its directory}) of run directories and the
+    finished sweeps of study directories, each result of its own kind
+    (`results.load_result`: a prediction or a control sweep)."""
     from bec_jax import study
     from bec_jax.files import CURVES_FILE
-    from bec_jax.results import SweepResult
+    from bec_jax.results import load_result
     paths = {}
     for d in dirs:
         if not os.path.isdir(d):
@@ -299,7 +300,7 @@ def _open_results(dirs) -> tuple[dict, dict]:
             raise UsageError(f"dirs: {d!r} holds neither a run (curves.npz) nor a study (study.json)")
     if not paths:
         raise UsageError("dirs: no finished sweep to plot")
-    return {k: SweepResult.load(p) for k, p in paths.items()}, paths
+    return {k: load_result(p) for k, p in paths.items()}, paths
 
 
 def _confirmations(paths: dict) -> dict:
@@ -330,43 +331,23 @@ def _select(text):
 
 
 def cmd_plot(args) -> int:
-    from bec_jax import plotting
-    from bec_jax.control.results import is_control_dir
-    control = [is_control_dir(d) for d in args.dirs]
-    if any(control):
-        if not all(control):
-            raise UsageError("dirs: plot control runs and prediction runs separately")
-        from bec_jax.control import plotting as cplot
-        from bec_jax.control.results import ControlResult
-        results = {}
-        for d in args.dirs:
-            r = ControlResult.load(d)
-            results[f"{r.algorithm} ({os.path.basename(os.path.normpath(d))})" if len(args.dirs) > 1
-                    else r.algorithm] = r
-        out = args.out or os.path.join(args.dirs[0], "plots")
-        written = cplot.plot_results(results, out)
-        print(f"wrote {len(written)} files to {out}: " + ", ".join(os.path.basename(p) for p in written))
-        return 0
+    from bec_jax import figures
     results, paths = _open_results(args.dirs)
     out = args.out or os.path.join(args.dirs[0], "plots")
-    metric = args.metric
-    for r in results.values():
-        if metric is not None and metric not in r.metrics:
-            raise UsageError(f"metric: {metric!r} was not logged by every run; available: {', '.join(r.metrics)}")
-    written = plotting.plot_results(results, out, metric, _select(args.select), _confirmations(paths))
+    written = figures.plot_results(results, out, args.metric, _select(args.select), _confirmations(paths))
     print(f"wrote {len(written)} files to {out}: " + ", ".join(os.path.basename(p) for p in written))
     return 0
 
 
 def cmd_compare(args) -> int:
-    from bec_jax import plotting
+    from bec_jax import figures, plotting
     results, _ = _open_results(args.dirs)
     if args.labels:
         labels = [x.strip() for x in args.labels.split(",")]
         if len(labels) != len(results):
             raise UsageError(f"labels: {len(labels)} labels for {len(results)} runs")
         results = dict(zip(labels, results.values()))
-    fig = plotting.curves_figure(results, args.metric, args.title or "", _select(args.select))
+    fig = figures.compare_figure(results, args.metric, args.title or "", _select(args.select))
     d, name = os.path.split(os.path.abspath(args.out))
     stem, ext = os.path.splitext(name)
     paths = plotting.save_figure(fig, d, stem, formats=(ext.lstrip(".") or "png",))
@@ -374,6 +355,8 @@ def cmd_compare(args) -> int:
     return 0
 
 
+METRIC_HELP = ("prediction runs: a logged metric (default: each run's first); control runs: return (default) or "
+               "length, the statistic drawn and the one whose area under the curve chooses the best setting")
 PAPERS = ("bec", "tdrc", "control")
 
 
@@ -458,7 +441,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
 
     c = sub.add_parser("control", help="run one control sweep (epsilon-greedy agents on a control task)",
-                       allow_abbrev=False)
+                       allow_abbrev=False,
+                       epilog="Every hyperparameter the algorithm declares is an option: --NAME v1,v2,... "
+                              "(e.g. --eta 0.1,0.5 for an algorithm of your own that declares eta).")
     c.add_argument("--config", help="TOML file with the control spec's fields")
     c.add_argument("--task", help=f"{listing(control_tasks.names(), last=None)} or package.module:function")
     c.add_argument("--task-param", action="append", type=env_param_arg, metavar="NAME=VALUE",
@@ -507,14 +492,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="figures and a table of runs or studies", allow_abbrev=False)
     pl.add_argument("dirs", nargs="+", help="run directories and/or study directories")
     pl.add_argument("--out", help="where to write (default DIR/plots of the first DIR)")
-    pl.add_argument("--metric", help="default: each run's first metric")
+    pl.add_argument("--metric", help=METRIC_HELP)
     pl.add_argument("--select", metavar="NAME=VALUE,...", help="plot this grid point instead of the best")
     pl.set_defaults(func=cmd_plot)
 
     cp = sub.add_parser("compare", help="the best curves of several runs on one figure", allow_abbrev=False)
     cp.add_argument("dirs", nargs="+", help="run directories and/or study directories")
     cp.add_argument("--out", required=True, help="the figure's file (.png or .pdf)")
-    cp.add_argument("--metric")
+    cp.add_argument("--metric", help=METRIC_HELP)
     cp.add_argument("--labels", help="comma-separated legend labels, one per run")
     cp.add_argument("--select", metavar="NAME=VALUE,...")
     cp.add_argument("--title")
@@ -587,7 +572,7 @@ def parse(argv=None):
     the algorithm declares) land in `args.hyper`."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if args.command in ("run", "analyze"):  # the algorithm's declared hyperparameters: --NAME v1,v2
+    if args.command in ("run", "control", "analyze"):  # the algorithm's declared hyperparameters: --NAME v1,v2
         args.hyper = hyper_options(extra)
     elif extra:
         tok = extra[0]

@@ -10,6 +10,7 @@ import inspect
 import re
 
 from bec_jax import algorithms
+from bec_jax.control import algorithms as control_algorithms
 from bec_jax.control.spec import ControlSpec
 from bec_jax.spec import ScheduleSpec, SweepSpec
 
@@ -239,8 +240,10 @@ CONTROL_FIELDS = ("task", "algorithm", "episodes", "seeds", "epsilon", "epsilon_
 
 def control_spec_from_args(args):
     """A validated `ControlSpec` from parsed `control` arguments (or its TOML file)."""
+    extra = getattr(args, "hyper", None) or {}
     given = [d for d in CONTROL_FIELDS + ("alpha", "beta", "zeta") if getattr(args, d, None) is not None]
     given += ["task_params"] if args.task_param else []
+    given += list(extra)
     if args.config:
         if given:
             raise UsageError(f"{given[0]}: given both on the command line and by --config {args.config!r}; "
@@ -249,7 +252,13 @@ def control_spec_from_args(args):
     missing = [n for n in ("task", "algorithm") if getattr(args, n) is None]
     if missing:
         raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")
+    alg = control_algorithms.get(args.algorithm)
     hyper = {n: numbers(n, getattr(args, n)) for n in ("alpha", "beta", "zeta") if getattr(args, n) is not None}
+    for name, text in extra.items():  # any other hyperparameter the algorithm declares
+        if name not in alg.names:
+            raise UsageError(f"{name}: unknown option --{name.replace('_', '-')}; {alg.name} takes "
+                             f"{', '.join('--' + n for n in alg.names) or 'no hyperparameters'}; see --help")
+        hyper[name] = values(name, text) if alg.hyperparameter(name).static else numbers(name, text)
     params = {}
     for name, vals in args.task_param or ():
         if name in params:
