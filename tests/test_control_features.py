@@ -285,3 +285,37 @@ def test_readme_control_quickstart_runs_as_pasted(tmp_path):
     grid = ControlResult.load(str(tmp_path / "runs" / "grid"))
     # epsilon 0.1 explores now and then: most last episodes, not all, take the shortest path
     assert grid.lengths.shape == (1, 2, 30) and grid.lengths.min() == 6 and np.median(grid.lengths[..., -10:]) == 6
+
+
+# ------------------------------------------------------------------ bad input on the command line
+
+BOX = ["--task-param", "low=-1", "--task-param", "high=1"]
+
+
+@pytest.mark.parametrize("args,field", [
+    (["--task", "gymnax:Nope"], "task: unknown gymnax environment 'Nope'"),
+    (["--task", "gymnax:Pendulum-v1"], "task: gymnax:Pendulum-v1 has a continuous action space"),
+    (["--task", "gymnax:CartPole-v1", "--task-param", "features=nope"] + BOX, "features: unknown feature map"),
+    (["--task", "gymnax:CartPole-v1", "--task-param", "features=nope_mod_test:f"] + BOX, "features: cannot import"),
+    (["--task", "gymnax:CartPole-v1", "--task-param", "features=fourier"], "low: the observation space is unbounded"),
+    (["--task", "gymnax:CartPole-v1", "--task-param", "features=fourier", "--task-param", "order=-1"] + BOX,
+     "order: an integer >= 0"),
+    (["--task", "gymnax:CartPole-v1", "--task-param", "features=fourier", "--task-param", "bins=3"] + BOX,
+     "bins: not a parameter of features 'fourier'"),
+    (["--task", "gymnax:CartPole-v1", "--task-param", "low=1 2"], "low: a number or 4 numbers"),
+    (["--task", "examples.gridworld:nope"], "task: module 'examples.gridworld' has no attribute 'nope'"),
+    (["--task", "examples.gridworld:make_gridworld", "--task-param", "size=1"], "size: an integer >= 2, got 1"),
+    (["--task", "examples.gridworld:make_gridworld", "--task-param", "wide=3"],
+     "wide: not a parameter of examples.gridworld:make_gridworld"),
+])
+def test_a_bad_task_or_feature_map_exits_2_with_one_line(args, field, tmp_path, capsys, monkeypatch):
+    import os
+    from bec_jax.cli import main
+    pytest.importorskip("gymnax")
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where examples/ is
+    out = tmp_path / "x"
+    argv = ["control", *args, "--algorithm", "q", "--alpha", "0.1", "--episodes", "2", "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"bec-jax: error: {field}"), err
+    assert not out.exists()
