@@ -23,11 +23,27 @@ DIR/study.json (the study and each sweep's status). Interrupted, it resumes with
 `--resume`: a finished sweep is not run again, an interrupted one continues from
 its chunks. `study.load_frame(DIR)` reads all of it into one DataFrame.
 
+A control sweep is a `[[sweep]]` table with `kind = "control"` and a
+`ControlSpec`'s fields (task, algorithm, its hyperparameters, episodes, ...):
+
+    [[sweep]]
+    name = "cliff-cq"
+    kind = "control"
+    task = "cliff_walking"
+    algorithm = "cq"
+    alpha = [0.1, 0.5]
+    beta = [0.01, 0.1]
+    episodes = 300
+
+One study may hold sweeps of both kinds. A shared default applies to the
+sweeps whose kind takes it (`steps` to the prediction sweeps, `episodes` to the
+control ones, `seeds` to all); one that no sweep takes is an error naming it.
+
 Sweeps that differ only in their algorithm and step sizes (and fit one call
-each) share one compiled program (`sweep.run_many`) when the study runs in one
-process with the default layout: they are computed together when the first of
-them comes up, and each is written when its turn comes, bit for bit what it
-would be alone.
+each) share one compiled program (their front's `run_many`) when the study
+runs in one process with the default layout: they are computed together when
+the first of them comes up, and each is written when its turn comes, bit for
+bit what it would be alone.
 """
 from __future__ import annotations
 
@@ -38,17 +54,18 @@ from dataclasses import dataclass
 
 import jax
 
-from bec_jax import runner, sweep
-from bec_jax.files import CURVES_FILE, META_FILE, STUDY_FILE, write_json
-from bec_jax.results import SweepResult, import_pandas
-from bec_jax.spec import SweepSpec, read_toml
+from bec_jax import runner
+from bec_jax.files import CURVES_FILE, META_FILE, STUDY_FILE, import_pandas, write_json
+from bec_jax.results import load_result
+from bec_jax.spec import read_toml
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 @dataclass(frozen=True)
 class Study:
-    """Named sweeps, validated. `sweeps` is a tuple of (name, SweepSpec)."""
+    """Named sweeps, validated. `sweeps` is a tuple of (name, spec): a
+    `SweepSpec` or a `ControlSpec`."""
 
     sweeps: tuple
 
@@ -62,7 +79,8 @@ class Study:
 
 def from_dict(table: dict, where: str = "study") -> Study:
     """A `Study` from a TOML table: shared defaults at the top level, one
-    `[[sweep]]` table per sweep. `ValueError` naming the sweep and the field."""
+    `[[sweep]]` table per sweep (`kind = "control"` for a control sweep; see the
+    module docstring). `ValueError` naming the sweep and the field."""
     if not isinstance(table, dict):
         raise ValueError(f"{where}: expected a table, got {type(table).__name__}")
     table = dict(table)
@@ -71,13 +89,19 @@ def from_dict(table: dict, where: str = "study") -> Study:
     if not isinstance(sweeps, list) or not sweeps or not all(isinstance(s, dict) for s in sweeps):
         raise ValueError(f"{where}: give at least one [[sweep]] table")
     out, seen = [], set()
+    used = set()  # the shared defaults some sweep takes
     for i, raw in enumerate(sweeps):
         raw = dict(raw)
         name = raw.pop("name", None)
         label = f"sweep[{i}]" + (f" ({name})" if isinstance(name, str) else "")
-        merged = {**table, **raw}
+        try:
+            spec, dropped = _spec(table, raw)
+        except ValueError as e:
+            raise ValueError(f"{label}: {e}") from None
+        used.update(k for k in table if k not in dropped)
         if name is None:
-            name = f"{merged.get('env', 'env')}-{merged.get('algorithm', 'alg')}".replace(":", "_").replace("/", "_")
+            d = spec.to_dict()
+            name = f"{d.get('env', d.get('task', 'env'))}-{d['algorithm']}".replace(":", "_").replace("/", "_")
             base, k = name, 2
             while name in seen:
                 name, k = f"{base}-{k}", k + 1
@@ -86,12 +110,38 @@ def from_dict(table: dict, where: str = "study") -> Study:
         if name in seen:
             raise ValueError(f"{label}.name: {name!r} is used by another sweep; names must be unique")
         seen.add(name)
-        try:
-            spec = SweepSpec.from_dict(merged)
-        except ValueError as e:
-            raise ValueError(f"{label}: {e}") from None
         out.append((name, spec))
+    for k in table:
+        if k not in used:  # a typo: every kind refused it as an unknown field
+            raise ValueError(f"{k}: a shared default that no sweep of the study takes (an unknown field of "
+                             "each sweep); check its spelling")
     return Study(tuple(out))
+
+
+_UNKNOWN = re.compile(r"^(\S+): unknown field")
+
+
+def _spec(shared: dict, own: dict):
+    """(spec, the shared keys it left out) of one sweep: its own table over the
+    shared defaults, less the shared keys its kind does not take (its spec
+    refuses them as unknown fields). `runner.spec_from_dict` builds the spec
+    its `kind` names."""
+    kind = {**shared, **own}.get("kind")
+    if kind not in runner.SPEC_KINDS:
+        raise ValueError(f"kind: unknown kind of sweep {kind!r}; known: "
+                         f"{', '.join(repr(k) for k in runner.SPEC_KINDS if k)} (or none: a prediction sweep)")
+    merged = {**shared, **own}
+    dropped = set()
+    while True:
+        try:
+            return runner.spec_from_dict(merged), dropped
+        except ValueError as e:
+            m = _UNKNOWN.match(str(e))
+            key = m and next((k for k in merged if str(k) == m.group(1) or repr(k) == m.group(1)), None)
+            if key is None or key in own or key not in shared or key == "kind":
+                raise
+            dropped.add(key)
+            merged.pop(key)
 
 
 def load(path: str) -> Study:
@@ -104,7 +154,7 @@ def saved(out: str) -> Study | None:
     try:
         with open(os.path.join(out, STUDY_FILE)) as f:
             d = json.load(f)
-        return Study(tuple((s["name"], SweepSpec.from_dict(s["spec"])) for s in d["sweeps"]))
+        return Study(tuple((s["name"], runner.spec_from_dict(s["spec"])) for s in d["sweeps"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -129,21 +179,23 @@ def sweep_dirs(out: str) -> dict[str, str]:
 
 def load_frame(path: str):
     """A long-format pandas DataFrame of a run directory, or of every sweep of a
-    study directory (with a `sweep` column): see `SweepResult.to_frame`."""
+    study directory (with a `sweep` column): see `SweepResult.to_frame` and
+    `ControlResult.to_frame` (a study of both kinds has the columns of both,
+    empty where a row's kind has none)."""
     pd = import_pandas()
     if is_study_dir(path):
         frames = []
         for name, d in sweep_dirs(path).items():
-            frame = SweepResult.load(d).to_frame()
+            frame = load_result(d).to_frame()
             frame.insert(0, "sweep", name)
             frames.append(frame)
         if not frames:
             raise ValueError(f"path: the study in {path!r} has no finished sweep yet")
         return pd.concat(frames, ignore_index=True)
-    return SweepResult.load(path).to_frame()
+    return load_result(path).to_frame()
 
 
-def _finished(path: str, spec: SweepSpec) -> bool:
+def _finished(path: str, spec) -> bool:
     try:
         with open(os.path.join(path, META_FILE)) as f:
             meta = json.load(f)
@@ -153,11 +205,16 @@ def _finished(path: str, spec: SweepSpec) -> bool:
 
 
 def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool = False, stop=None,
-        confirm_seeds: int | None = None, part=None, log=print, **run_kwargs) -> dict[str, SweepResult]:
+        confirm_seeds: int | None = None, part=None, log=print, **run_kwargs) -> dict:
     """Runs every sweep of `study` into `out/<name>/` (see the module docstring);
     `study=None` with `resume=True` takes the study saved in `out`. Returns
     {name: result}. An interruption (`runner.Interrupted`) leaves `study.json`
     and the finished sweeps in place for `resume=True`.
+
+    `confirm_seeds` re-runs each sweep's best setting on fresh seeds
+    (`runner.confirm`); it takes sweeps that have fresh seed streams to draw
+    (a `seed_offset`: prediction sweeps), and is refused before any work
+    otherwise.
 
     `part=(K, N)` (or "K/N") computes only the K-th of N disjoint parts of every
     sweep's chunks into `out`, which N independent processes share (see
@@ -172,6 +229,8 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
         if not resume or old is None:
             raise runner.RunError(f"resume: {out!r} holds no study (no study.json); give the study file")
         study = old
+    if confirm_seeds:
+        _check_confirmable(study)
     if resume:
         if old is not None and old.to_dict() != study.to_dict():
             raise runner.RunError(f"study: differs from the study in {out!r}; resume with the same file or "
@@ -194,13 +253,13 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     partial = {n: resume and runner.ChunkStore(os.path.join(out, n)).exists() for n, _ in study.sweeps}
     confirmed = {n: os.path.isfile(os.path.join(out, n, runner.CONFIRM_FILE)) for n in study.names}
     together = _together(study, finished, partial, run_kwargs)
-    computed: dict[str, SweepResult] = {}
+    computed: dict = {}
     results = {}
     for name, spec in study.sweeps:
         path = os.path.join(out, name)
         if finished[name]:
             status[name] = "done"
-            results[name] = SweepResult.load(path)
+            results[name] = load_result(path)
             log(f"{name}: finished earlier, not run again")
             if confirm_seeds and not confirmed[name]:
                 log(f"  {runner.confirm_line(runner.confirm(results[name], path, confirm_seeds), path)}")
@@ -214,7 +273,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
         if name in together:
             if name not in computed:  # the first of sweeps that share a program: all of them now
                 names = together[name]
-                computed.update(zip(names, sweep.run_many([dict(study.sweeps)[n] for n in names])))
+                computed.update(zip(names, spec.engine.run_many([dict(study.sweeps)[n] for n in names])))
             r = computed.pop(name)
             if writer:
                 runner.prepare_out_dir(path, True)
@@ -227,8 +286,8 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
             how = f"in {together[name][0]}'s program"
         else:
             how = f"in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile)"
-        log(f"{name}: {spec.env} / {spec.algorithm}, {r.num_points} points x {spec.seeds} seeds x {spec.steps} "
-            f"steps {how}" + (f", {m['resumed_chunks']} chunks resumed" if m.get("resumed_chunks") else ""))
+        log(f"{name}: {_describe(spec)} {how}" + (f", {m['resumed_chunks']} chunks resumed"
+                                                   if m.get("resumed_chunks") else ""))
         if confirm_seeds:
             log(f"  {runner.confirm_line(runner.confirm(r, path, confirm_seeds), path)}")
         status[name] = "done"
@@ -237,19 +296,44 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     return results
 
 
+def _describe(spec) -> str:
+    """'boyan_chain / td, 6 points x 50 seeds x 2000 steps' (a control sweep:
+    its task and episodes), read from the spec's dict."""
+    d = spec.to_dict()
+    length = f"{d['steps']} steps" if "steps" in d else f"{d['episodes']} episodes"
+    return (f"{d.get('env', d.get('task'))} / {d['algorithm']}, {spec.num_points} points x {d['seeds']} seeds x "
+            f"{length}")
+
+
+def _check_confirmable(study: Study) -> None:
+    """Refuses `confirm_seeds` for a study with a sweep that has no fresh seed
+    streams to draw (no `seed_offset` field: a control sweep), naming it."""
+    for name, spec in study.sweeps:
+        if "seed_offset" not in spec.to_dict():
+            raise runner.RunError(f"confirm_seeds: sweep {name!r} has no fresh seed streams to confirm on (a "
+                                  "control sweep has no seed_offset); run the study without --confirm-seeds")
+
+
 def _together(study: Study, finished: dict, partial: dict, run_kwargs: dict) -> dict[str, list[str]]:
     """{name: the names of the sweeps it shares a program with} for the sweeps
-    left to run that `sweep.run_many` would run together: only in one process,
-    with the default layout (no chunk size, devices or memory budget given)
-    and never for a sweep an interrupted run left chunks of."""
+    left to run that their front's `run_many` would run together (a front
+    that has `shared_programs`): only in one process, with the default layout
+    (no chunk size, devices or memory budget given) and never for a sweep an
+    interrupted run left chunks of."""
     if jax.process_count() > 1 or {k for k, v in run_kwargs.items() if v is not None} - {"progress"}:
         return {}
     todo = [(n, s) for n, s in study.sweeps if not finished[n] and not partial[n]]
+    by_front: dict = {}  # each front packs its own sweeps
+    for n, s in todo:
+        by_front.setdefault(s.engine, []).append((n, s))
     out = {}
-    for pack in sweep.shared_programs([s for _, s in todo]):
-        if len(pack) > 1:
-            names = [todo[i][0] for i in pack]
-            out.update({n: names for n in names})
+    for front, sweeps in by_front.items():
+        if not hasattr(front, "shared_programs"):
+            continue
+        for pack in front.shared_programs([s for _, s in sweeps]):
+            if len(pack) > 1:
+                names = [sweeps[i][0] for i in pack]
+                out.update({n: names for n in names})
     return out
 
 
