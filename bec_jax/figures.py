@@ -56,9 +56,9 @@ def compare_figure(results: dict, metric: str | None = None, title: str = "", se
     return curve share no axis)."""
     groups = by_kind(results)
     if len(groups) > 1:
-        first = {kind: next(iter(rs)) for kind, rs in groups.items()}
-        kinds = ", ".join(f"{key!r} is a {kind} run" for kind, key in first.items())
-        raise ValueError(f"dirs: compare runs of one kind ({kinds}); plot them separately")
+        first = [f"{next(iter(rs))!r} is a {kind} run" for kind, rs in groups.items()]
+        raise ValueError(f"dirs: compare takes runs of one kind, and {' but '.join(first)} (their curves share "
+                         "no axis); compare each kind on its own")
     kind, = groups
     k = KINDS[kind]
     return k.compare(results, k.check_metric(results, metric), title, select)

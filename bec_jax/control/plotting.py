@@ -60,7 +60,7 @@ def chosen_points(results: dict, stat: str, select: dict | None = None) -> dict:
 
 def setting(r, i: int) -> str:
     """'alpha=0.1, beta=0.01': every grid column of point i."""
-    return ", ".join(f"{n}={v:g}" for n, v in r.point(i).items())
+    return ", ".join(f"{n}={v:g}" if isinstance(v, (int, float)) else f"{n}={v}" for n, v in r.point(i).items())
 
 
 def smooth(y: np.ndarray, window: int) -> np.ndarray:

@@ -186,9 +186,13 @@ class ControlResult:
         for n, v in values.items():
             if n not in self.grid:
                 raise ValueError(f"{n}: not a grid column; columns: {', '.join(self.grid)}")
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+            col = np.asarray(self.grid[n])
+            if col.dtype.kind not in "fiu":  # a column of names (a task parameter such as features)
+                mask &= col == v
+            elif isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
                 raise ValueError(f"{n}: expected a number, got {v!r}")
-            mask &= np.isclose(self.grid[n], v)
+            else:
+                mask &= np.isclose(col, v)
         return mask
 
     def ci(self, values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
