@@ -445,9 +445,13 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="Every hyperparameter the algorithm declares is an option: --NAME v1,v2,... "
                               "(e.g. --eta 0.1,0.5 for an algorithm of your own that declares eta).")
     c.add_argument("--config", help="TOML file with the control spec's fields")
-    c.add_argument("--task", help=f"{listing(control_tasks.names(), last=None)} or package.module:function")
+    c.add_argument("--task", help=f"{listing(control_tasks.names(), last=None)} or package.module:function, "
+                                  "or gymnax:ENV_ID (any gymnax environment with discrete actions)")
     c.add_argument("--task-param", action="append", type=env_param_arg, metavar="NAME=VALUE",
-                   help="a task parameter, e.g. num_tilings=5 (repeatable)")
+                   help="a task parameter, e.g. num_tilings=5 (repeatable); a gymnax task's features: "
+                        "features=tiles|fourier|rbf|package.module:function, their parameters (num_tilings, "
+                        "bins; order; centers, sigma) and the box low, high (a number, or one per dimension "
+                        "separated by spaces)")
     c.add_argument("--algorithm", help=f"{listing(control_algorithms.names(), last=None)} or "
                                        "package.module:attribute")
     for n in ("alpha", "beta", "zeta"):
