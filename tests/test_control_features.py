@@ -194,11 +194,17 @@ def test_a_feature_map_of_ones_own(tmp_path, monkeypatch):
         "    fn = per_action(lambda x: jnp.concatenate([x ** p for p in range(degree + 1)]), "
         "len(low) * (degree + 1), num_actions)\n"
         "    return FeatureMap(num_actions * len(low) * (degree + 1), fn, {'degree': degree})\n"
+        "def sa(low, high, num_actions):\n"  # per-state-action features (A, k), one weight vector for all
+        "    return FeatureMap(2, lambda x: jnp.stack([jnp.stack([x[0], jnp.float32(b)]) "
+        "for b in range(num_actions)]), {})\n"
         "def wrong(low, high, num_actions):\n"
         "    return FeatureMap(3, lambda x: jnp.zeros((num_actions, 2)), {})\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     fm = fmaps.make("my_features_test:poly", [-1.0], [1.0], 2, degree=2)
     np.testing.assert_allclose(np.asarray(fm.fn(jnp.asarray([3.0]))), [[1, 3, 9, 0, 0, 0], [0, 0, 0, 1, 3, 9]])
+    fm = fmaps.make("my_features_test:sa", [-1.0], [1.0], 3)
+    np.testing.assert_array_equal(np.asarray(fm.fn(jnp.asarray([0.5]))), [[0.5, 0], [0.5, 1], [0.5, 2]])
+    assert fmaps.check(fm, 1, 3) == (2, False)
     with pytest.raises(ValueError, match="^features: 'my_features_test:wrong' gives dense rows of 2, but"):
         fmaps.make("my_features_test:wrong", [-1.0], [1.0], 2)
     with pytest.raises(ValueError, match="^degre: not a parameter of features 'my_features_test:poly'"):
@@ -319,3 +325,36 @@ def test_a_bad_task_or_feature_map_exits_2_with_one_line(args, field, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"bec-jax: error: {field}"), err
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ one sweep, either kind
+
+def test_dense_one_hot_sweep_equals_the_sparse_sweep():
+    """CliffWalking's one-hot features given as dense vectors (A, 192) run the
+    same CGQ sweep as its sparse indices, bit for bit: the products are by 0
+    and 1 and the sums add exact zeros, so Q values and updates are the same
+    floats in another program."""
+    import dataclasses
+
+    from bec_jax.control import sweep, tasks
+    from bec_jax.control.spec import ControlSpec
+
+    def dense_cliff(**params):
+        env = tasks.cliff_walking(**params)
+        eye = jnp.eye(env.num_features, dtype=jnp.float32)
+        return dataclasses.replace(env, name="dense_cliff_test", num_active=env.num_features,
+                                   features=lambda s: eye[env.features(s)].sum(axis=1))
+
+    kw = dict(algorithm="cgq", hyperparameters={"alpha": [0.1, 0.3], "beta": 1e-3, "zeta": 0.01}, seeds=3,
+              episodes=15, epsilon=0.1)
+    tasks.register("dense_cliff_test", dense_cliff)
+    try:
+        assert tasks.make("dense_cliff_test").features(jnp.int32(36)).shape == (4, 192)
+        dense = sweep.run(ControlSpec(task="dense_cliff_test", **kw), progress=False)
+    finally:
+        tasks.TASKS.pop("dense_cliff_test", None)
+    sparse = sweep.run(ControlSpec(task="cliff_walking", **kw), progress=False)
+    np.testing.assert_array_equal(dense.lengths, sparse.lengths)
+    np.testing.assert_array_equal(dense.returns, sparse.returns)
+    np.testing.assert_array_equal(dense.omega, sparse.omega)
+    assert dense.lengths.sum() > 3000  # the runs did learn something to compare
