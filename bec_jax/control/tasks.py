@@ -572,4 +572,5 @@ def make(name: str, **params) -> ControlEnv:
 
 
 __all__ = ["GYMNAX", "MAZE_MAP", "TASKS", "ControlEnv", "GymnaxState", "acrobot", "cliff_walking",
-           "cliff_walking_tables", "factory", "gymnax_task", "make", "maze", "maze_tables", "mountain_car", "names", "register", "tiling"]
+           "cliff_walking_tables", "factory", "gymnax_task", "make", "maze", "maze_tables", "mountain_car", "names",
+           "register", "tiling"]
