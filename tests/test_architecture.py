@@ -155,7 +155,7 @@ LAYERS = [
                                             "bec_jax.control", "bec_jax.control.tasks", "bec_jax.control.tiles",
                                             "bec_jax.control.loop", "bec_jax.control.algorithms",
                                             "bec_jax.control.features", "bec_jax.control.transition"]),
-    ("model", ["bec_jax.mdp", "bec_jax.transition", "bec_jax.schedules", "bec_jax.provenance", "bec_jax"]),
+    ("model", ["bec_jax.mdp", "bec_jax.threefry", "bec_jax.transition", "bec_jax.schedules", "bec_jax.provenance", "bec_jax"]),
 ]
 
 

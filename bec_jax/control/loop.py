@@ -18,7 +18,8 @@ Every finished episode's return and length go into fixed-size buffers inside
 the program (no host round-trips): `EpisodeLog`. Curves by episode read the
 buffers; curves by step place each episode at the cumulative sum of the lengths.
 
-The randomness of step t of a run comes from fold_in(stream_key, t) only, so a
+The randomness of step t of a run comes from fold_in(stream_key, t) only (JAX's
+fold_in, computed as fused arithmetic by `bec_jax.threefry`), so a
 run's trajectory depends on its seed and its own hyperparameters, never on the
 other runs of a batch.
 """
@@ -31,6 +32,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from bec_jax import threefry
 from bec_jax.control.transition import ControlTransition, q_values
 
 
@@ -100,9 +102,19 @@ def log_init(episodes: int, dtype=jnp.float32) -> EpisodeLog:
     return EpisodeLog(returns=jnp.zeros((episodes,), dtype), lengths=jnp.zeros((episodes,), jnp.int32))
 
 
+def uniforms(key: jax.Array) -> jax.Array:
+    """(2,) float32 uniforms in [0, 1) from the two 32-bit words of `key`'s data
+    (their top 24 bits: exact in float32). A step's key is already a fresh
+    output of the generator (fold_in(stream key, t)), so its words are random
+    bits; drawing them with `jax.random.uniform` would hash once more, and the
+    hashes were most of the cost of a tabular step."""
+    words = jax.random.key_data(key).reshape(-1)[:2]
+    return (words >> 8).astype(jnp.float32) * jnp.float32(2.0 ** -24)
+
+
 def act(learner_weights: jax.Array, ls: LoopState, key: jax.Array, behaviour: Behaviour) -> jax.Array:
-    """The behaviour's action in the current state (the uniforms come from `key`)."""
-    u = jax.random.uniform(key, (2,))
+    """The behaviour's action in the current state (the uniforms are `key`'s words, `uniforms`)."""
+    u = uniforms(key)
     return epsilon_greedy(u, q_values(learner_weights, ls.active), behaviour.at(ls.episodes))
 
 
@@ -112,9 +124,10 @@ def advance(task, update: Callable, weights: Callable, behaviour: Behaviour, max
     a finished episode. The learner sees r - `reward_shift` (a constant shift,
     the control experiment for centering); returns are logged unshifted.
     Returns (learner, loop state at s' (not yet reset), log, done)."""
-    k_act, k_env, _ = jax.random.split(key, 3)
-    a = act(weights(learner), ls, k_act, behaviour)
-    env_next, reward, terminal = task.step(k_env, ls.env, a)
+    # The action's uniforms are the step key's own words; the task's key is
+    # derived from it (and dropped by XLA where the task ignores it).
+    a = act(weights(learner), ls, key, behaviour)
+    env_next, reward, terminal = task.step(threefry.fold_in(key, 1), ls.env, a)
     next_active = task.features(env_next)
     dtype = ls.ret.dtype
     g = jnp.asarray(gamma, dtype)
@@ -136,8 +149,8 @@ def advance(task, update: Callable, weights: Callable, behaviour: Behaviour, max
 
 def reset_done(task, ls: LoopState, done: jax.Array, key: jax.Array) -> LoopState:
     """The second part of `step`: where the episode is done, a fresh reset (its
-    key the third of `step`'s key split) and the counters back to 0."""
-    env_reset = task.reset(jax.random.split(key, 3)[2])
+    key fold_in(step key, 2)) and the counters back to 0."""
+    env_reset = task.reset(threefry.fold_in(key, 2))
     env = jax.tree_util.tree_map(lambda r, n: jnp.where(done, r, n), env_reset, ls.env)
     active = jnp.where(done, task.features(env_reset), ls.active)
     return LoopState(env=env, active=active, t=jnp.where(done, 0, ls.t),

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax import memory
+from bec_jax import memory, threefry
 from bec_jax.engine import divergence, execute
 from bec_jax.engine.layout import state_axes
 from bec_jax.engine.plan import Group, split
@@ -193,20 +193,22 @@ def _block(ctx: _Context, hp: dict, stream_keys, carry):
 
     def one(c, i):
         t = j * K + i
-        keys_t = jax.vmap(lambda k: jax.random.fold_in(k, t))(stream_keys)
+        keys_t = threefry.fold_in(stream_keys, t)
         return ctx.step_all(c, keys_t, hp), None
 
     (nl, nls, nlog), _ = jax.lax.scan(one, (learner, ls, log), jnp.arange(K, dtype=jnp.int32))
     alive = dstep < 0
     keep = alive & _run_ok(nl, nls, axes, ctx.spec.divergence_bound)
 
+    # The log is not reverted (keeping its block-start copy for a revert cost a
+    # copy of every run's whole log per block): a reverted run's episode count
+    # goes back, and `_runs` clears the entries past it at the end.
     def revert(_):
-        return (divergence.revert(keep, nl, learner, axes), divergence.revert(keep, nls, ls),
-                divergence.revert(keep, nlog, log))
+        return divergence.revert(keep, nl, learner, axes), divergence.revert(keep, nls, ls)
 
-    learner, ls, log = jax.lax.cond(jnp.any(keep != alive), revert, lambda _: (nl, nls, nlog), None)
+    learner, ls = jax.lax.cond(jnp.any(keep != alive), revert, lambda _: (nl, nls), None)
     dstep = divergence.flag(dstep, alive, keep, (j + 1) * K)
-    return j + 1, learner, ls, log, dstep
+    return j + 1, learner, ls, nlog, dstep
 
 
 def _runs(ctx: _Context, keep_state: bool, seed, grid) -> dict:
@@ -233,7 +235,10 @@ def _runs(ctx: _Context, keep_state: bool, seed, grid) -> dict:
 
     _, learner, ls, log, dstep = jax.lax.while_loop(more, partial(_block, ctx, hp, stream_keys),
                                                     (jnp.int32(0), learner, ls, log, dstep))
-    out = {"returns": log.returns, "lengths": log.lengths, "diverged_step": dstep}
+    logged = jax.lax.broadcasted_iota(jnp.int32, log.lengths.shape, log.lengths.ndim - 1) < ls.episodes[..., None]
+    # (entries a revert left behind are cleared)
+    out = {"returns": jnp.where(logged, log.returns, 0), "lengths": jnp.where(logged, log.lengths, 0),
+           "diverged_step": dstep}
     if keep_state:
         out["state"] = learner
     for name in ("omega", "rbar"):
