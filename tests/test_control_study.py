@@ -297,3 +297,17 @@ def test_the_readmes_mixed_study_is_valid():
     assert (n1, n2) == ("boyan-ctd", "cliff-cq")
     assert td.steps == 2000 and td.seeds == 10 and "episodes" not in td.to_dict()
     assert cq.episodes == 300 and cq.seeds == 10 and cq.hyperparameters == {"alpha": (0.1, 0.5), "beta": (1e-4, 1e-3)}
+
+
+def test_the_worked_control_study_is_valid():
+    """experiments/studies/centering_cliff.toml: every sweep a control sweep
+    (a shared kind), the shared grid and behaviour in each."""
+    from bec_jax import study
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "experiments", "studies", "centering_cliff.toml")
+    st = study.load(path)
+    assert st.names == ["cliff-q", "cliff-cq", "cliff-gq", "cliff-cgq"]
+    for _, spec in st.sweeps:
+        d = spec.to_dict()
+        assert d["kind"] == "control" and d["task"] == "cliff_walking" and d["episodes"] == 1000
+        assert d["epsilon_decay"] == 0.9992 and spec.hyperparameters["alpha"] == (0.05, 0.2, 1.0)
+    assert [s.num_points for _, s in st.sweeps] == [3, 6, 9, 18]
