@@ -309,6 +309,7 @@ BOX = ["--task-param", "low=-1", "--task-param", "high=1"]
     (["--task", "gymnax:CartPole-v1", "--task-param", "features=fourier", "--task-param", "bins=3"] + BOX,
      "bins: not a parameter of features 'fourier'"),
     (["--task", "gymnax:CartPole-v1", "--task-param", "low=1 2"], "low: a number or 4 numbers"),
+    (["--task", "gymnax:Breakout-MinAtar"], "bins: 3 actions x about 1e362 tiles"),  # 400 dimensions
     (["--task", "examples.gridworld:nope"], "task: module 'examples.gridworld' has no attribute 'nope'"),
     (["--task", "examples.gridworld:make_gridworld", "--task-param", "size=1"], "size: an integer >= 2, got 1"),
     (["--task", "examples.gridworld:make_gridworld", "--task-param", "wide=3"],
