@@ -116,9 +116,14 @@ def _positive_int(field: str, value) -> int:
 def _basis_size(field: str, per_dim: int, dims: int) -> int:
     k = per_dim ** dims
     if k > MAX_BASIS:
-        raise ValueError(f"{field}: {per_dim}^{dims} = {k} features per action exceed {MAX_BASIS}; "
-                         "choose a smaller value")
+        raise ValueError(f"{field}: {per_dim}^{dims} = {_count(k)} features per action exceed {MAX_BASIS}; "
+                         "choose a smaller value, or another feature map for a high-dimensional observation")
     return k
+
+
+def _count(k: int) -> str:
+    """k for a message: its digits, or its order of magnitude when it is huge."""
+    return str(k) if k < 10**12 else f"about 1e{len(str(k)) - 1}"
 
 
 def _scaled(x: jax.Array, low: np.ndarray, high: np.ndarray) -> jax.Array:
@@ -155,8 +160,7 @@ def tile_coding(low, high, num_actions: int, *, num_tilings=8, bins=8) -> Featur
         raise ValueError(f"{e} (an integer >= 1 or one per observation dimension)") from None
     k = tiles.num_tiles(b, low.shape[0], t)
     if int(num_actions) * k > np.iinfo(np.int32).max:  # the indices are int32
-        size = str(k) if k < 10**12 else f"about 1e{len(str(k)) - 1}"
-        raise ValueError(f"bins: {num_actions} actions x {size} tiles exceed 2**31 - 1 features; use fewer bins "
+        raise ValueError(f"bins: {num_actions} actions x {_count(k)} tiles exceed 2**31 - 1 features; use fewer bins "
                          "or tilings, or another feature map for a high-dimensional observation")
     fn = per_action(lambda x: tiles.tile_indices(jnp.asarray(x, jnp.float32), low, high, b, t), k, num_actions)
     return FeatureMap(num_features=int(num_actions) * k, fn=fn, params={"num_tilings": t, "bins": list(b)})
