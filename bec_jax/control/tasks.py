@@ -96,7 +96,11 @@ from bec_jax.control import tiles
 
 GAMMA = 0.99
 GYMNAX = "gymnax:"  # the prefix of `gymnax:ENV_ID` task names
-# gymnax's own time limit, raised so that it never fires (the loop truncates).
+# gymnax's own time limit for the authors' tile-coded tasks, raised so that it
+# never fires (the loop truncates at the authors' cap). gymnax >= 1.0 applies it
+# only in `step`, which no task calls, and these tasks read their own termination
+# condition, so it is a guard; `gymnax_task` keeps an environment's own limit,
+# which its observations may read, and makes it the loop's cap.
 _NO_TIME_LIMIT = 2**31 - 1
 
 # The authors' map, copied from GameAI-NJUPT/BEC Maze/main.py at commit
