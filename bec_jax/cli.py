@@ -458,13 +458,14 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument(f"--{n}", metavar="v1,v2,...", help=f"values of {n} (a grid axis)")
     c.add_argument("--episodes", type=int_arg("episodes"), help="episodes per run (default 100)")
     c.add_argument("--seeds", type=int_arg("seeds"), help="default 10")
-    c.add_argument("--epsilon", type=float_arg("epsilon"), help="default 0.1")
-    c.add_argument("--epsilon-decay", type=float_arg("epsilon_decay"),
-                   help="per-episode factor (default 1: constant; the authors use 0.9992)")
-    c.add_argument("--epsilon-min", type=float_arg("epsilon_min"), help="default 0 (the authors use 1e-4)")
+    c.add_argument("--epsilon", metavar="v1,v2,...", help="default 0.1 (several values: a grid axis)")
+    c.add_argument("--epsilon-decay", metavar="v1,v2,...",
+                   help="per-episode factor (default 1: constant; the authors use 0.9992; several: a grid axis)")
+    c.add_argument("--epsilon-min", metavar="v1,v2,...",
+                   help="default 0 (the authors use 1e-4; several values: a grid axis)")
     c.add_argument("--max-episode-steps", type=int_arg("max_episode_steps"), help="default: the task's cap")
     c.add_argument("--max-steps", type=int_arg("max_steps"), help="a run's step budget")
-    c.add_argument("--gamma", type=float_arg("gamma"), help="default: the task's (0.99)")
+    c.add_argument("--gamma", metavar="v1,v2,...", help="default: the task's (0.99; several values: a grid axis)")
     c.add_argument("--seed", type=int_arg("seed"), help="default 0")
     c.add_argument("--block", type=int_arg("block"), help="steps between divergence checks (default 100)")
     c.add_argument("--dtype", help="float32 (default) or float64")

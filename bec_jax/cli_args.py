@@ -11,7 +11,7 @@ import re
 
 from bec_jax import algorithms
 from bec_jax.control import algorithms as control_algorithms
-from bec_jax.control.spec import ControlSpec
+from bec_jax.control.spec import LOOP_AXES, ControlSpec
 from bec_jax.spec import ScheduleSpec, SweepSpec
 
 # Command-line option (dest) -> the spec field it sets, as error messages name it.
@@ -267,4 +267,8 @@ def control_spec_from_args(args):
             raise UsageError(f"task_params.{name}: one value, got {len(vals)}")
         params[name] = vals[0]
     kw = {d: getattr(args, d) for d in CONTROL_FIELDS[2:] if getattr(args, d) is not None}
+    for name in LOOP_AXES:  # one value: the loop's; several: a grid axis
+        if name in kw:
+            vals = numbers(name, kw[name])
+            kw[name] = vals[0] if len(vals) == 1 else list(vals)
     return ControlSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper, task_params=params, **kw)

@@ -1,5 +1,6 @@
 """The authors' control experiments (GameAI-NJUPT/BEC), swept as one program per
-(task, algorithm): `bec-jax reproduce --paper control`.
+task (every algorithm and setting; `control.sweep.run_many`): `bec-jax
+reproduce --paper control`.
 
 Q-learning (Q), centered Q-learning (CQ), Greedy-GQ (GQ) and centered Greedy-GQ
 (CGQ), and beyond the authors reward-centered Q-learning (simple and value-based,
@@ -101,41 +102,59 @@ def _point_spec(r: ControlResult, i: int, seed: int) -> ControlSpec:
 
 def run_all(quick: bool = False, log=print, pool=None, out_dir: str | None = None) -> tuple[dict, dict]:
     """(selection, confirmation): {task: {alg: ControlResult}} for the grids and
-    for each algorithm's best setting on fresh seeds. Two sweeps at a time with
-    a pool (XLA compiles outside the GIL). With `out_dir`, each sweep's result
-    is saved as it finishes (sweeps/<task>-<alg>[-confirm]/), so nothing
-    computed is lost if a later step fails."""
+    for each algorithm's best setting on fresh seeds. Every algorithm of a task
+    runs in one program (`sweep.run_many`): the grids in one, the fresh-seed
+    runs of the best settings in another; two tasks at a time with a pool (XLA
+    compiles outside the GIL). With `out_dir`, each sweep's result is saved as
+    it finishes (sweeps/<task>-<alg>[-confirm]/), so nothing computed is lost
+    if a later step fails."""
 
     def keep(r, name):
         if out_dir is not None and r is not None:
             r.save(os.path.join(out_dir, "sweeps", name))
         return r
     tasks = QUICK["tasks"] if quick else tuple(TASKS)
-    jobs = [(t, a) for t in tasks for a in algorithms_for(t)]
 
-    def select(job):
-        t, a = job
-        r = keep(sweep.run(spec_for(t, a, quick), progress=False), f"{t}-{a}")
-        m = r.meta
-        log(f"  {t:13s} {a:10s} {r.num_points:3d} points x {r.seeds} seeds x {r.episodes} episodes: "
-            f"compile {m['compile_time_s']:.1f} s, run {m['run_time_s']:.1f} s, {m['logged_steps']:,} steps")
-        return job, r
+    def select(t):
+        algs = algorithms_for(t)
+        rs = sweep.run_many([spec_for(t, a, quick) for a in algs])
+        for a, r in zip(algs, rs):
+            keep(r, f"{t}-{a}")
+        _log_program(log, t, "grids", rs)
+        return t, dict(zip(algs, rs))
 
     def confirm(item):
-        (t, a), r = item
-        if r.num_points == 1:  # nothing was selected: no selection bias to remove
-            return (t, a), r
-        try:
-            b = r.best_index("length")
-        except ValueError:  # every setting failed a run: the table says so
-            return (t, a), None
-        return (t, a), keep(sweep.run(_point_spec(r, b, CONFIRM_SEED), progress=False), f"{t}-{a}-confirm")
+        t, by = item
+        out, todo = {}, {}
+        for a, r in by.items():
+            if r.num_points == 1:  # nothing was selected: no selection bias to remove
+                out[a] = r
+                continue
+            try:
+                todo[a] = _point_spec(r, r.best_index("length"), CONFIRM_SEED)
+            except ValueError:  # every setting failed a run: the table says so
+                out[a] = None
+        if todo:
+            rs = sweep.run_many(list(todo.values()))
+            for a, r in zip(todo, rs):
+                out[a] = keep(r, f"{t}-{a}-confirm")
+            _log_program(log, t, "best settings, fresh seeds", rs)
+        return t, {a: out[a] for a in by}
 
     mapper = pool.map if pool is not None else map
-    sel = dict(mapper(select, jobs))
+    sel = dict(mapper(select, tasks))
     conf = dict(mapper(confirm, sel.items()))
-    nest = lambda d: {t: {a: d[(t, a)] for a in algorithms_for(t)} for t in tasks}
-    return nest(sel), nest(conf)
+    return sel, conf
+
+
+def _log_program(log, task: str, what: str, rs: list) -> None:
+    """One line for the program(s) that ran `rs` (sweeps of one task)."""
+    m = rs[0].meta
+    points = sum(r.num_points for r in rs)
+    compile_s, run_s = cost_seconds(r.meta for r in rs)
+    log(f"  {task:13s} {what}: {len(rs)} algorithms, {points} points x {rs[0].seeds} seeds x "
+        f"{rs[0].episodes} episodes: compile {compile_s:.1f} s, run {run_s:.1f} s, "
+        f"{sum(r.meta['logged_steps'] for r in rs):,} steps" + ("" if m.get("shared_program") else " (separate programs)"))
 
 
 def shift_controls(conf: dict, log=print, pool=None, out_dir: str | None = None) -> dict:
@@ -375,7 +394,8 @@ def reproduce(out_dir: str = os.path.join("results", "control"), quick: bool = F
     allr = list({id(r): r for d in (sel, conf) for by in d.values() for r in by.values() if r is not None}.values())
     allr += list(shifted.values())
     compile_s, run_s = cost_seconds(r.meta for r in allr)
-    timing = {"device": provenance.describe(allr[0].meta), "programs": len(allr), "compile_s": compile_s,
+    programs = sum(r.meta.get("compiled_programs", 0) for r in allr)
+    timing = {"device": provenance.describe(allr[0].meta), "programs": programs, "compile_s": compile_s,
               "run_s": run_s, "steps": sum(r.meta["logged_steps"] for r in allr), "total_s": run.elapsed()}
     run.write_table(rows, table_markdown(rows))
     shift_rows = shift_table(conf, shifted)

@@ -145,7 +145,7 @@ LAYERS = [
     ("runner", ["bec_jax.runner", "bec_jax.rundir"]),
     ("fronts and figures", ["bec_jax.sweep", "bec_jax.control.sweep", "bec_jax.figures", "bec_jax.plotting",
                             "bec_jax.control.plotting", "bec_jax.watchdog"]),
-    ("engine", ["bec_jax.engine*", "bec_jax.memory"]),
+    ("engine", ["bec_jax.engine*", "bec_jax.memory", "bec_jax.control.program"]),
     ("results and specs", ["bec_jax.results", "bec_jax.control.results", "bec_jax.files", "bec_jax.stats",
                            "bec_jax.spec", "bec_jax.control.spec", "bec_jax.verdicts"]),
     ("analysis", ["bec_jax.analysis", "bec_jax.centering", "bec_jax.centered_values",

@@ -39,20 +39,26 @@ from bec_jax.control.transition import ControlTransition, q_values
 class Behaviour(NamedTuple):
     """Epsilon-greedy exploration: epsilon_k = max(epsilon * decay^k, epsilon_min)
     after k finished episodes. decay = 1 (the default of a sweep) keeps epsilon
-    constant; the authors' schedule is epsilon 0.01, decay 0.9992, min 1e-4."""
+    constant; the authors' schedule is epsilon 0.01, decay 0.9992, min 1e-4.
+    The fields may be arrays (one value per run, a sweep's grid axes); then
+    `log_decay`, log(decay) taken in float64 on the host, replaces `decay`."""
 
-    epsilon: float = 0.1
-    decay: float = 1.0
-    epsilon_min: float = 0.0
+    epsilon: Any = 0.1
+    decay: Any = 1.0
+    epsilon_min: Any = 0.0
+    log_decay: Any = None
 
     def at(self, episodes: jax.Array) -> jax.Array:
         """Epsilon after `episodes` finished episodes."""
         eps = jnp.asarray(self.epsilon, jnp.float32)
-        if self.decay != 1.0:
+        log_decay = self.log_decay
+        if log_decay is None and self.decay != 1.0:
             # exp(k log decay) with log decay taken in float64: float32 powers of
             # 0.9992 would be off by 4e-5 (relative) after 3000 episodes.
-            eps = eps * jnp.exp(episodes.astype(jnp.float32) * jnp.float32(math.log(self.decay)))
-        return jnp.maximum(eps, jnp.float32(self.epsilon_min))
+            log_decay = jnp.float32(math.log(self.decay))
+        if log_decay is not None:
+            eps = eps * jnp.exp(episodes.astype(jnp.float32) * jnp.asarray(log_decay, jnp.float32))
+        return jnp.maximum(eps, jnp.asarray(self.epsilon_min, jnp.float32))
 
 
 def epsilon_greedy(u: jax.Array, q: jax.Array, epsilon: jax.Array) -> jax.Array:

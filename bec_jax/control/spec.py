@@ -21,6 +21,9 @@ from bec_jax.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 KIND = "control"
 ENGINE = "bec_jax.control.sweep"  # the front of this kind (`ControlSpec.engine`)
 DTYPES = ("float32", "float64")
+# The loop's parameters that may also be grid axes (a list of values, at the top
+# level or in `hyperparameters`): the behaviour's and the discount.
+LOOP_AXES = ("epsilon", "epsilon_decay", "epsilon_min", "gamma")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +36,10 @@ class ControlSpec:
         (e.g. num_tilings, bins).
       algorithm: a control algorithm (`bec_jax.control.algorithms.names()`).
       hyperparameters: {name: value or list of values}; the grid is their
-        cartesian product in the algorithm's declared order.
+        cartesian product in the algorithm's declared order. The loop's
+        parameters epsilon, epsilon_decay, epsilon_min and gamma are grid axes
+        too when given here (or as a list at the top level); they follow the
+        algorithm's, in that order.
       seeds: runs per grid point. seed: the base seed; seed i's stream is
         fold_in(key(seed), i), whatever the number of seeds.
       episodes: episodes logged per run (the buffers' size). A run goes on until
@@ -82,7 +88,8 @@ class ControlSpec:
             raise ValueError(f"hyperparameters: expected a table name -> values, got {self.hyperparameters!r}")
         hp = {}
         for name in self.hyperparameters:
-            alg.hyperparameter(name)  # ValueError naming it
+            if name not in LOOP_AXES:
+                alg.hyperparameter(name)  # ValueError naming it
         for h in alg.hyperparameters:
             if h.name in self.hyperparameters:
                 values = as_tuple(h.name, self.hyperparameters[h.name])
@@ -93,6 +100,7 @@ class ControlSpec:
             if not values:
                 raise ValueError(f"{h.name}: expected at least one value")
             hp[h.name] = tuple(h.check(v, h.name) for v in values)
+        hp.update(self._loop_axes())
         object.__setattr__(self, "hyperparameters", hp)
         for name, lo in (("seeds", 1), ("episodes", 1), ("block", 1)):
             v = getattr(self, name)
@@ -105,10 +113,11 @@ class ControlSpec:
             if not is_real(v) or not lo <= float(v) <= hi:
                 raise ValueError(f"{name}: must be a number in [{lo:g}, {hi:g}], got {v!r}")
             object.__setattr__(self, name, float(v))
-        if self.epsilon_decay == 0.0:
+        if 0.0 in self.loop_values("epsilon_decay"):
             raise ValueError("epsilon_decay: must be in (0, 1] (1 keeps epsilon constant), got 0")
-        if self.epsilon_min > self.epsilon:
-            raise ValueError(f"epsilon_min: must not exceed epsilon ({self.epsilon:g}), got {self.epsilon_min:g}")
+        if max(self.loop_values("epsilon_min")) > min(self.loop_values("epsilon")):
+            raise ValueError(f"epsilon_min: must not exceed epsilon ({min(self.loop_values('epsilon')):g}), "
+                             f"got {max(self.loop_values('epsilon_min')):g}")
         if self.gamma is not None and (not is_real(self.gamma) or not 0 <= float(self.gamma) <= 1):
             raise ValueError(f"gamma: must be a number in [0, 1], got {self.gamma!r}")
         for name in ("max_episode_steps", "max_steps"):
@@ -131,6 +140,41 @@ class ControlSpec:
         if self.total_steps > MAX_INT32:
             raise ValueError(f"max_steps: a run of {self.total_steps} steps exceeds 2**31 - 1; "
                              "give a smaller max_steps or fewer episodes")
+
+    def _loop_axes(self) -> dict:
+        """{name: values} of the loop's parameters given as grid axes (a list at
+        the top level, or in `hyperparameters`), checked; the field then keeps
+        its default."""
+        out = {}
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in LOOP_AXES:
+            field = getattr(self, name)
+            if name in self.hyperparameters and field != defaults[name]:
+                raise ValueError(f"{name}: given twice (as a value and as a grid axis in hyperparameters)")
+            values = self.hyperparameters.get(name, field if isinstance(field, (list, tuple)) else None)
+            if values is None:
+                continue
+            values = as_tuple(name, values)
+            if not values:
+                raise ValueError(f"{name}: expected at least one value")
+            for v in values:
+                if not is_real(v) or not 0.0 <= float(v) <= 1.0:
+                    raise ValueError(f"{name}: must be a number in [0, 1], got {v!r}")
+            out[name] = tuple(float(v) for v in values)
+            object.__setattr__(self, name, defaults[name])
+        return out
+
+    def loop_values(self, name: str) -> tuple:
+        """The values of a loop parameter (epsilon, epsilon_decay, epsilon_min,
+        gamma): its grid axis, or its one value."""
+        if name in self.hyperparameters:
+            return self.hyperparameters[name]
+        return (self.discount,) if name == "gamma" else (getattr(self, name),)
+
+    @property
+    def algorithm_names(self) -> tuple:
+        """The grid's columns that are the algorithm's hyperparameters (declared order)."""
+        return tuple(n for n in self.hyperparameters if n not in LOOP_AXES)
 
     # --------------------------------------------------------------- derived
 
@@ -170,7 +214,8 @@ class ControlSpec:
 
     @property
     def names(self) -> tuple:
-        """The grid's columns (the algorithm's hyperparameters, declared order)."""
+        """The grid's columns: the algorithm's hyperparameters (declared order),
+        then the loop's parameters that are grid axes."""
         return tuple(self.hyperparameters)
 
     def grid_points(self) -> list[dict]:

@@ -1,49 +1,35 @@
-"""The control sweep: every (grid point, seed) run of a control spec as one
-compiled XLA program per chunk of the grid.
+"""The control front of the engine (`bec_jax.engine.protocol.Engine`): plans,
+runs and assembles control sweeps; the program itself is `control.program`.
 
-    program(seed, grid) = jit(shard_map_over_grid(
-        while some live run has fewer than `episodes` episodes (and steps remain):
-            scan over `block` steps (
-                every (grid point, seed) run: epsilon-greedy act, task step,
-                update, log a finished episode, reset)   # vmap(grid) o vmap(seed)
-            freeze runs whose weights left the bound)))
-
-The loop is `bec_jax.control.loop` (one run), batched here. A run's randomness
-is fold_in(its seed's stream key, step), so its episodes do not depend on the
-other runs, the chunk size or the device count: the while loop may run a chunk
-longer than one of its runs needs, but steps after a run's last logged episode
-change nothing it reports.
-
-This module is the control front of the engine (`bec_jax.engine.protocol.Engine`):
-the memory plan (`memory.plan` with this front's `sizes`), the chunks
-(`engine.plan.split`), the program record and jit over the grid
-(`engine.programs`), the chunk loop with resume and parts
-(`engine.execute.run_chunks`), the divergence check and revert
-(`engine.divergence`), the float64 guard, `gather` and the meta record
+One sweep runs by `run` (chunks of the grid, resume and parts by
+`engine.execute.run_chunks`); several sweeps of one task run by `run_many` in
+one program (`shared_programs` says which). The memory plan (`memory.plan`
+with this front's `sizes`), the chunks (`engine.plan.split`), the program
+record and jit over the grid (`engine.programs`), the divergence check and
+revert (`engine.divergence`), the float64 guard, `gather` and the meta record
 (`engine.protocol`) are the engine's. It has no time segments or seed chunks:
 a chunk runs every seed of its points in one call.
 """
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
-from functools import partial
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax import memory, threefry
-from bec_jax.engine import divergence, execute
-from bec_jax.engine.layout import state_axes
-from bec_jax.engine.plan import Group, split
-from bec_jax.engine.programs import Program, jit_over_grid, segment_mesh
-from bec_jax.engine.protocol import check_dtype, gather, round_chunk, run_meta
-from bec_jax.engine.streams import per_seed_keys
-from bec_jax.control import loop
+from bec_jax import memory
+from bec_jax.control import program
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
-from bec_jax.control.transition import q_values
+from bec_jax.engine import execute, tuning
+from bec_jax.engine.layout import state_axes
+from bec_jax.engine.plan import Group, pad, split
+from bec_jax.engine.programs import Program
+from bec_jax.engine.protocol import check_dtype, gather, round_chunk, run_meta
+from bec_jax.engine.tuning import memo_get, memo_key, memo_put
 
 KIND = "control"
 SEGMENTS = False        # a chunk runs every seed of its points in one call
@@ -119,150 +105,20 @@ def updates(spec: ControlSpec) -> None:
 
 
 def chunk_grid(spec: ControlSpec, group, chunk) -> dict:
-    """The program's grid input for one chunk: (chunk,) arrays of the hyperparameters."""
-    columns = spec.grid_arrays()
-    idx = group.indices[chunk.indices]
-    return {n: columns[n][idx].astype(spec.dtype) for n in spec.names}
-
-
-def _run_ok(learner, ls, axes, bound: float) -> jax.Array:
-    """(G, N) True where the run looks bounded (`engine.divergence.run_ok`): its
-    scalar state (omega) and the action values of its current state, under every
-    weight-like vector of the learner (w, and u where there is one), are finite
-    and within the bound. Divergence of linear TD methods shows in the values
-    they bootstrap from; an O(A m) check per block keeps the cost independent of
-    the number of features (a full scan of 234,375 Acrobot weights per block
-    cost more than the steps)."""
-    return divergence.run_ok(learner, bound, axes, view=lambda x: jax.vmap(jax.vmap(q_values))(x, ls.active))
-
-
-class _Context(NamedTuple):
-    """What a control program is made of, fixed before tracing."""
-
-    spec: ControlSpec
-    alg: object
-    task: object
-    dtype: object
-    d: int
-    axes: object
-    step_all: Callable
-    max_blocks: int
-
-
-def _context(spec: ControlSpec) -> _Context:
-    """The program's pieces: the task, the algorithm, its state's batch axes and
-    one step of every (grid point, seed) run with the resets of finished episodes."""
-    alg = spec.algorithm_def
-    task = spec.make_task()
-    dtype = jnp.dtype(spec.dtype)
-    behaviour = loop.Behaviour(spec.epsilon, spec.epsilon_decay, spec.epsilon_min)
-    cap, gamma = spec.episode_cap, spec.discount
-    d = task.num_features
-    template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((d,), dtype))
-    if not hasattr(template, alg.weights):
-        raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state has no such field")
-    axes = state_axes(template, alg.counter)
-
-    def run_step(learner, ls, log, key, hp):
-        return loop.advance(task, lambda st, tr: alg.apply(st, tr, hp), lambda st: getattr(st, alg.weights),
-                            behaviour, cap, gamma, learner, ls, log, key, spec.reward_shift)
-
-    over_seeds = jax.vmap(run_step, in_axes=(axes, 0, 0, 0, None), out_axes=(axes, 0, 0, 0))
-    over_grid = jax.vmap(over_seeds, in_axes=(axes, 0, 0, None, 0), out_axes=(axes, 0, 0, 0))
-    reset_grid = jax.vmap(jax.vmap(lambda ls, done, key: loop.reset_done(task, ls, done, key)),
-                          in_axes=(0, 0, None))
-
-    def step_all(c, keys_t, hp):
-        # Resets (a task's reset and its features) are computed only on steps
-        # where some run's episode ended: `loop.step`, with the reset skipped
-        # when nothing would use it.
-        learner, ls, log, done = over_grid(*c, keys_t, hp)
-        ls = jax.lax.cond(jnp.any(done), lambda: reset_grid(ls, done, keys_t), lambda: ls)
-        return learner, ls, log
-
-    return _Context(spec, alg, task, dtype, d, axes, step_all, -(-spec.total_steps // spec.block))
-
-
-def _block(ctx: _Context, hp: dict, stream_keys, carry):
-    """One block of `spec.block` steps of every run; a run that left the bound
-    during the block goes back to the block's start and stays there, flagged
-    with the block's last step (the select over every state runs only when
-    some run needs it)."""
-    K, axes = ctx.spec.block, ctx.axes
-    j, learner, ls, log, dstep = carry
-
-    def one(c, i):
-        t = j * K + i
-        keys_t = threefry.fold_in(stream_keys, t)
-        return ctx.step_all(c, keys_t, hp), None
-
-    (nl, nls, nlog), _ = jax.lax.scan(one, (learner, ls, log), jnp.arange(K, dtype=jnp.int32))
-    alive = dstep < 0
-    keep = alive & _run_ok(nl, nls, axes, ctx.spec.divergence_bound)
-
-    # The log is not reverted (keeping its block-start copy for a revert cost a
-    # copy of every run's whole log per block): a reverted run's episode count
-    # goes back, and `_runs` clears the entries past it at the end.
-    def revert(_):
-        return divergence.revert(keep, nl, learner, axes), divergence.revert(keep, nls, ls)
-
-    learner, ls = jax.lax.cond(jnp.any(keep != alive), revert, lambda _: (nl, nls), None)
-    dstep = divergence.flag(dstep, alive, keep, (j + 1) * K)
-    return j + 1, learner, ls, nlog, dstep
-
-
-def _runs(ctx: _Context, keep_state: bool, seed, grid) -> dict:
-    """Every (grid point, seed) run of a chunk, block by block while some live
-    run has fewer than `episodes` episodes (and steps remain)."""
-    spec, task, dtype, d, alg = ctx.spec, ctx.task, ctx.dtype, ctx.d, ctx.alg
-    E = spec.episodes
-    names = spec.names
-    G, N = grid[names[0]].shape[0], spec.seeds
-    hp = {n: grid[n].astype(dtype) for n in names}
-    keys = per_seed_keys(seed, N)
-    init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
-    ls = jax.vmap(lambda k: loop.loop_init(task, k, dtype))(init_keys)
-    ls = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G,) + x.shape), ls)
-    st0 = alg.init(jnp.zeros((d,), dtype))
-    learner = jax.tree_util.tree_map(
-        lambda x, a: x if a is None else jnp.broadcast_to(x, (G, N) + x.shape), st0, ctx.axes)
-    log = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G, N) + x.shape), loop.log_init(E, dtype))
-    dstep = jnp.full((G, N), -1, jnp.int32)
-
-    def more(carry):
-        j, _, ls, _, dstep = carry
-        return (j < ctx.max_blocks) & jnp.any((dstep < 0) & (ls.episodes < E))
-
-    _, learner, ls, log, dstep = jax.lax.while_loop(more, partial(_block, ctx, hp, stream_keys),
-                                                    (jnp.int32(0), learner, ls, log, dstep))
-    logged = jax.lax.broadcasted_iota(jnp.int32, log.lengths.shape, log.lengths.ndim - 1) < ls.episodes[..., None]
-    # (entries a revert left behind are cleared)
-    out = {"returns": jnp.where(logged, log.returns, 0), "lengths": jnp.where(logged, log.lengths, 0),
-           "diverged_step": dstep}
-    if keep_state:
-        out["state"] = learner
-    for name in ("omega", "rbar"):
-        if hasattr(learner, name):
-            out["omega"] = getattr(learner, name)
-    return out
+    """The program's grid input for one chunk: (chunk,) arrays of the grid's
+    columns (`program.grid_inputs`)."""
+    return program.grid_inputs(spec, group.indices[chunk.indices])
 
 
 def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on_block=None,
                  keep_state: bool = False, form=None) -> Program:
-    """The program (`engine.programs.Program`) for chunks of `chunk` grid points,
-    jitted over the grid as every front's (`programs.jit_over_grid`). `on_block`
-    and `form` are accepted for the engine's interface and ignored: a control
-    chunk reports when it ends, and runs its own loop.
-    With `keep_state` it also returns the final learner states ("state": a
-    pytree of (chunk, seeds, ...) arrays)."""
-    ctx = _context(spec)
-
-    def program(seed, grid):  # the name XLA's module gets
-        return _runs(ctx, keep_state, seed, grid)
-
-    devices = list(devices) if devices is not None else jax.devices()
-    mesh = segment_mesh(devices, chunk, False)  # the grid over the devices (None on one)
-    return Program(spec=spec, group=group, fn=jit_over_grid(program, mesh), chunk=chunk, mesh=mesh)
+    """The program (`engine.programs.Program`) for chunks of `chunk` grid points
+    (`control.program.make_program` with this one sweep). `on_block` and `form`
+    are accepted for the engine's interface and ignored: a control chunk
+    reports when it ends, and runs its own loop. With `keep_state` it also
+    returns the final learner states ("state": a pytree of (chunk, seeds, ...)
+    arrays)."""
+    return program.make_program([spec], [chunk], devices, keep_state, group)
 
 
 def assemble(spec: ControlSpec, groups, chunks, results: dict, meta: dict | None = None) -> ControlResult:
@@ -300,6 +156,108 @@ def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memor
 
 
 run_chunks = execute.run_chunks  # with the programs of the spec's front: this module's
+
+
+def _joint_key(spec: ControlSpec, n_devices: int, device) -> str | None:
+    """What sweeps must share to run as one program (everything but the
+    algorithm and the grid), or None when `spec` takes several calls."""
+    if spec.engine.KIND != KIND or jax.process_count() > 1:
+        return None
+    try:
+        if plan_memory(spec, n_devices, device=device).grid < spec.num_points:
+            return None
+    except memory.TooLarge:
+        return None
+    d = spec.to_dict()
+    for field in ("algorithm", "hyperparameters"):
+        d.pop(field)
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def shared_programs(specs: list, devices=None) -> list[list[int]]:
+    """How `run_many` runs `specs`: lists of their indices, one per compiled
+    program (a list of one: that sweep runs alone, by `run`). Sweeps join the
+    program of the first sweep with their key while their calls' device bytes
+    together fit the memory budget."""
+    devices = list(devices) if devices is not None else jax.devices()
+    n, budget = len(devices), memory.default_budget(devices[0])
+    packs, open_pack, used = [], {}, {}
+    for i, spec in enumerate(specs):
+        key = _joint_key(spec, n, devices[0])
+        need = memory.call_bytes(sizes(spec), spec.num_points, spec.seeds, 1, False)
+        if key is None:
+            packs.append([i])
+            continue
+        if key not in open_pack or used[key] + need > budget:
+            open_pack[key], used[key] = [], 0
+            packs.append(open_pack[key])
+        open_pack[key].append(i)
+        used[key] += need
+    return packs
+
+
+def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
+             progress: bool | None = False) -> list[ControlResult]:
+    """Runs every control sweep of `specs`; returns their `ControlResult`s in
+    order, each what `run(spec)` returns, run for run (a run's randomness is its
+    seed's: see `control.program`). Sweeps of one task that share their seeds,
+    episodes and loop settings and differ in their algorithm and grid (every
+    algorithm of a reproduction's task, say) run in one compiled program
+    (`shared_programs`); a compile is much of the cost of a sweep. A shared
+    program's compile and run times are in the meta of the first sweep it ran
+    (with `shared_program`, the algorithms it ran, and `shared_program_index`)."""
+    devices = list(devices) if devices is not None else jax.devices()
+    out: list = [None] * len(specs)
+    for pack in shared_programs(specs, devices):
+        if len(pack) == 1:
+            out[pack[0]] = run(specs[pack[0]], devices=devices, compiler_options=compiler_options,
+                               progress=progress)
+        else:
+            for i, r in zip(pack, _run_joint([specs[i] for i in pack], devices, compiler_options)):
+                out[i] = r
+    return out
+
+
+def _run_joint(specs: list, devices, compiler_options: dict | None) -> list[ControlResult]:
+    """Sweeps that `shared_programs` packed, run by one program."""
+    for spec in specs:
+        check_dtype(spec)
+    n_dev = len(devices)
+    groups, chunks = zip(*(plan(s, s.num_points) for s in specs))
+    chunks = [c[0]._replace(indices=pad(c[0].indices, n_dev)) for c in chunks]
+    sizes_ = [len(c.indices) for c in chunks]
+    form = tuning.choose_form(specs[0], devices, None, compiler_options)
+    memo = tuple(memo_key(s, g[0], n, devices, form, KIND) for s, g, n in zip(specs, groups, sizes_)) + ("joint",)
+    t = time.perf_counter()
+    hit, made = memo_get(memo), 0
+    grids = tuple(chunk_grid(s, g[0], c) for s, g, c in zip(specs, groups, chunks))
+    if hit is None:
+        prog = program.make_program(list(specs), sizes_, devices)
+        placed = execute.placements(prog.mesh, devices[0])
+        args = (execute.place(np.uint32(specs[0].seed), placed[0]),
+                tuple({k: execute.place(v, placed[1]) for k, v in g.items()} for g in grids))
+        hit, made = (prog.fn.lower(*args).compile(form.compiler_options), placed), 1
+        memo_put(memo, hit)
+    else:
+        placed = hit[1]
+        args = (execute.place(np.uint32(specs[0].seed), placed[0]),
+                tuple({k: execute.place(v, placed[1]) for k, v in g.items()} for g in grids))
+    compile_time = time.perf_counter() - t if made else 0.0
+    t = time.perf_counter()
+    outs = jax.device_get(execute.call(hit[0], *args))
+    run_time = time.perf_counter() - t
+    names, results = [s.algorithm for s in specs], []
+    for m, (spec, g, c, part) in enumerate(zip(specs, groups, chunks, outs)):
+        first = m == 0
+        part = {k: np.asarray(v)[: c.n] for k, v in part.items()}
+        ran = execute.ChunkRun({0: part}, compile_time if first else 0.0, run_time if first else 0.0,
+                               made if first else 0, c.n if first else 0)
+        steps = int(part["lengths"].sum())
+        meta = {**run_meta(devices, c.n, 1, ran, 0, work={
+            "logged_steps": steps, "steps_per_s": steps / run_time if run_time > 0 else None}),
+            "shared_program": names, "shared_program_index": m}
+        results.append(assemble(spec, list(g), [c], ran.results, meta))
+    return results
 
 
 def final_states(spec: ControlSpec):

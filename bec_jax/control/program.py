@@ -1,0 +1,252 @@
+"""The control program: every (grid point, seed) run of one or more control
+sweeps of one task as one compiled XLA program.
+
+    program(seed, grids) = jit(shard_map_over_grid(
+        while some member has a live run with fewer than `episodes` episodes
+              (and steps remain):
+            for each member (sweep) with a live run:          # independent
+                scan over `block` steps (
+                    every (grid point, seed) run: epsilon-greedy act, task step,
+                    update, log a finished episode, reset)    # vmap(grid) o vmap(seed)
+                freeze runs whose state left the bound)))
+
+A member is one sweep: its algorithm, its grid, its learner states. Members
+share the task, the seeds and the loop's settings (`run_many` packs sweeps
+that do), so the four algorithms of a task and all their settings run in one
+program, compiled once. A member whose runs have all finished stops costing
+work: its block is skipped (`lax.cond`), and the members' blocks are
+independent, so XLA:CPU may run them on different cores.
+
+The loop is `bec_jax.control.loop` (one run), batched here. A run's randomness
+is fold_in(its seed's stream key, step), so its episodes do not depend on the
+other runs, the members, the chunk size or the device count: the loop may run a
+member longer than one of its runs needs, but steps after a run's last logged
+episode change nothing it reports but its final learner state.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bec_jax import threefry
+from bec_jax.control import loop
+from bec_jax.control.spec import ControlSpec
+from bec_jax.control.transition import q_values
+from bec_jax.engine import divergence
+from bec_jax.engine.layout import state_axes
+from bec_jax.engine.programs import Program, jit_over_grid, segment_mesh
+from bec_jax.engine.streams import per_seed_keys
+
+
+class Member(NamedTuple):
+    """One sweep of a program, fixed before tracing."""
+
+    spec: ControlSpec
+    alg: object
+    axes: object          # the learner state's batch axes (None: shared)
+    step_all: Callable    # (carry, step keys (N,), grid columns) -> carry
+
+
+class Shared(NamedTuple):
+    """What a program's members share: the task and the loop's sizes."""
+
+    task: object
+    dtype: object
+    d: int
+    seeds: int
+    episodes: int
+    block: int
+    max_blocks: int
+    bound: float
+
+
+def behaviour_columns(spec: ControlSpec, columns: dict) -> loop.Behaviour:
+    """The behaviour of a grid point: its grid columns where the loop's
+    parameters are axes (epsilon_decay arrives as log(decay), see
+    `grid_inputs`), else the spec's values."""
+    if "epsilon_decay" in columns:
+        return loop.Behaviour(columns.get("epsilon", spec.epsilon), None,
+                              columns.get("epsilon_min", spec.epsilon_min), log_decay=columns["epsilon_decay"])
+    return loop.Behaviour(columns.get("epsilon", spec.epsilon), spec.epsilon_decay,
+                          columns.get("epsilon_min", spec.epsilon_min))
+
+
+def grid_inputs(spec: ControlSpec, indices: np.ndarray) -> dict:
+    """The program's grid input for the points `indices`: (n,) arrays of the
+    grid's columns in the spec's dtype; epsilon_decay, where it is an axis, as
+    its float64 log rounded once to float32 (so a decay given as an axis gives
+    the bits of the same decay given as a value)."""
+    columns = spec.grid_arrays()
+    out = {n: columns[n][indices].astype(spec.dtype) for n in spec.names}
+    if "epsilon_decay" in out:
+        out["epsilon_decay"] = np.log(columns["epsilon_decay"][indices]).astype(np.float32)
+    return out
+
+
+def member(spec: ControlSpec, task) -> Member:
+    """The member of `spec`: its algorithm, its state's batch axes and one step
+    of every (grid point, seed) run with the resets of finished episodes."""
+    alg = spec.algorithm_def
+    dtype = jnp.dtype(spec.dtype)
+    cap = spec.episode_cap
+    template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((task.num_features,), dtype))
+    if not hasattr(template, alg.weights):
+        raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state has no such field")
+    axes = state_axes(template, alg.counter)
+    alg_names = spec.algorithm_names
+
+    def run_step(learner, ls, log, key, cols):
+        hp = {n: cols[n] for n in alg_names}
+        gamma = cols.get("gamma", spec.discount)
+        return loop.advance(task, lambda st, tr: alg.apply(st, tr, hp), lambda st: getattr(st, alg.weights),
+                            behaviour_columns(spec, cols), cap, gamma, learner, ls, log, key, spec.reward_shift)
+
+    over_seeds = jax.vmap(run_step, in_axes=(axes, 0, 0, 0, None), out_axes=(axes, 0, 0, 0))
+    over_grid = jax.vmap(over_seeds, in_axes=(axes, 0, 0, None, 0), out_axes=(axes, 0, 0, 0))
+    reset_grid = jax.vmap(jax.vmap(lambda ls, done, key: loop.reset_done(task, ls, done, key)),
+                          in_axes=(0, 0, None))
+
+    def step_all(c, keys_t, cols):
+        # Resets (a task's reset and its features) are computed only on steps
+        # where some run's episode ended: `loop.step`, with the reset skipped
+        # when nothing would use it.
+        learner, ls, log, done = over_grid(*c, keys_t, cols)
+        ls = jax.lax.cond(jnp.any(done), lambda: reset_grid(ls, done, keys_t), lambda: ls)
+        return learner, ls, log
+
+    return Member(spec, alg, axes, step_all)
+
+
+def shared(specs: list[ControlSpec]) -> Shared:
+    """The `Shared` of sweeps that may run as one program (the first's task and sizes)."""
+    spec = specs[0]
+    task = spec.make_task()
+    return Shared(task, jnp.dtype(spec.dtype), task.num_features, spec.seeds, spec.episodes, spec.block,
+                  -(-spec.total_steps // spec.block), spec.divergence_bound)
+
+
+def run_ok(learner, ls, axes, bound: float) -> jax.Array:
+    """(G, N) True where the run looks bounded (`engine.divergence.run_ok`): its
+    scalar state (omega) and the action values of its current state, under every
+    weight-like vector of the learner (w, and u where there is one), are finite
+    and within the bound. Divergence of linear TD methods shows in the values
+    they bootstrap from; an O(A m) check per block keeps the cost independent of
+    the number of features (a full scan of 234,375 Acrobot weights per block
+    cost more than the steps)."""
+    return divergence.run_ok(learner, bound, axes, view=lambda x: jax.vmap(jax.vmap(q_values))(x, ls.active))
+
+
+def live(sh: Shared, carry) -> jax.Array:
+    """Whether a member's carry has a run that is neither frozen nor finished."""
+    _, ls, _, dstep = carry
+    return jnp.any((dstep < 0) & (ls.episodes < sh.episodes))
+
+
+def member_block(sh: Shared, m: Member, cols: dict, stream_keys, j, carry):
+    """Block j of `sh.block` steps of every run of member `m`; a run that left
+    the bound during the block goes back to the block's start and stays there,
+    flagged with the block's last step (the select over every state runs only
+    when some run needs it). The log is not reverted (keeping its block-start
+    copy cost a copy of every run's whole log per block): a reverted run's
+    episode count goes back, and `outputs` clears the entries past it."""
+    K = sh.block
+    learner, ls, log, dstep = carry
+
+    def one(c, i):
+        keys_t = threefry.fold_in(stream_keys, j * K + i)
+        return m.step_all(c, keys_t, cols), None
+
+    (nl, nls, nlog), _ = jax.lax.scan(one, (learner, ls, log), jnp.arange(K, dtype=jnp.int32))
+    alive = dstep < 0
+    keep = alive & run_ok(nl, nls, m.axes, sh.bound)
+
+    def revert():
+        return divergence.revert(keep, nl, learner, m.axes), divergence.revert(keep, nls, ls)
+
+    learner, ls = jax.lax.cond(jnp.any(keep != alive), revert, lambda: (nl, nls))
+    return learner, ls, nlog, divergence.flag(dstep, alive, keep, (j + 1) * K)
+
+
+def init_member(sh: Shared, m: Member, G: int, init_keys) -> tuple:
+    """A member's first carry: every run reset with its seed's key, the learner
+    at its algorithm's init from zero weights, empty logs, nothing diverged."""
+    ls = jax.vmap(lambda k: loop.loop_init(sh.task, k, sh.dtype))(init_keys)
+    ls = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G,) + x.shape), ls)
+    st0 = m.alg.init(jnp.zeros((sh.d,), sh.dtype))
+    N = sh.seeds
+    learner = jax.tree_util.tree_map(
+        lambda x, a: x if a is None else jnp.broadcast_to(x, (G, N) + x.shape), st0, m.axes)
+    log = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G, N) + x.shape),
+                                 loop.log_init(sh.episodes, sh.dtype))
+    return learner, ls, log, jnp.full((G, N), -1, jnp.int32)
+
+
+def outputs(carry, keep_state: bool) -> dict:
+    """A member's outputs from its last carry: the logs (entries past a run's
+    episode count, which a revert leaves behind, cleared), the divergence
+    steps, omega (or rbar) where the learner has one, and with `keep_state`
+    the learner states."""
+    learner, ls, log, dstep = carry
+    logged = jax.lax.broadcasted_iota(jnp.int32, log.lengths.shape, log.lengths.ndim - 1) < ls.episodes[..., None]
+    out = {"returns": jnp.where(logged, log.returns, 0), "lengths": jnp.where(logged, log.lengths, 0),
+           "diverged_step": dstep}
+    if keep_state:
+        out["state"] = learner
+    for name in ("omega", "rbar"):
+        if hasattr(learner, name):
+            out["omega"] = getattr(learner, name)
+    return out
+
+
+def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple) -> tuple:
+    """Every run of every member (grids: one dict of grid columns per member),
+    block by block while some member has a live run (and steps remain)."""
+    keys = per_seed_keys(seed, sh.seeds)
+    init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+    cols = [{n: g[n] for n in g} for g in grids]
+    carries = tuple(init_member(sh, m, next(iter(g.values())).shape[0], init_keys) for m, g in zip(members, grids))
+
+    def more(state):
+        j, cs = state
+        return (j < sh.max_blocks) & jnp.any(jnp.stack([live(sh, c) for c in cs]))
+
+    def block(state):
+        j, cs = state
+        if len(members) == 1:  # one member: live whenever the loop runs
+            return j + 1, (member_block(sh, members[0], cols[0], stream_keys, j, cs[0]),)
+        return j + 1, tuple(
+            jax.lax.cond(live(sh, c), partial(member_block, sh, m, cc, stream_keys, j), lambda c: c, c)
+            for m, cc, c in zip(members, cols, cs))
+
+    _, carries = jax.lax.while_loop(more, block, (jnp.int32(0), carries))
+    return tuple(outputs(c, keep_state) for c in carries)
+
+
+def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_state: bool = False,
+                 group=None) -> Program:
+    """The program (`engine.programs.Program`) of sweeps that share a task, seeds
+    and loop (`sizes`: each one's grid points per call, a multiple of the device
+    count), jitted over the grid as every front's (`programs.jit_over_grid`):
+    `fn(seed, grids)` takes one dict of grid columns (`grid_inputs`) per sweep
+    and returns one dict of outputs per sweep, grid axis first. One sweep
+    (one size) gives a plain dict in and out; `group`: the record's (`engine.plan.Group`)."""
+    sh = shared(specs)
+    members = [member(s, sh.task) for s in specs]
+    single = len(specs) == 1
+
+    def program(seed, grids):  # the name XLA's module gets
+        out = runs(sh, members, keep_state, seed, (grids,) if single else tuple(grids))
+        return out[0] if single else out
+
+    devices = list(devices) if devices is not None else jax.devices()
+    mesh = segment_mesh(devices, int(np.gcd.reduce(sizes)), False)  # the grid over the devices (None on one)
+    return Program(spec=specs[0], group=group, fn=jit_over_grid(program, mesh), chunk=sum(sizes), mesh=mesh)
+
+
+__all__ = ["Member", "Shared", "behaviour_columns", "grid_inputs", "init_member", "live", "make_program",
+           "member", "member_block", "outputs", "run_ok", "runs", "shared"]

@@ -1,0 +1,95 @@
+"""The control program: several sweeps of one task in one program (`run_many`)
+give what each gives alone, bit for bit; a sweep whose runs have all finished
+stops stepping; the loop's parameters (epsilon, its decay and floor, gamma) as
+grid axes give each point what the same values give as plain settings."""
+import numpy as np
+import pytest
+
+from bec_jax import cli, cli_args
+from bec_jax.control import program, sweep
+from bec_jax.control.spec import ControlSpec
+
+BASE = dict(task="cliff_walking", seeds=2, episodes=25, max_steps=4000, block=50, epsilon=0.05,
+            epsilon_decay=0.99, epsilon_min=1e-3)
+SWEEPS = [ControlSpec(algorithm="q", hyperparameters={"alpha": [0.5, 0.2]}, **BASE),
+          ControlSpec(algorithm="cgq", hyperparameters={"alpha": [0.1], "beta": [1e-3], "zeta": [0.01]}, **BASE)]
+
+
+@pytest.fixture(scope="module")
+def joint():
+    return sweep.run_many(SWEEPS)
+
+
+def _same(a, b):
+    for k in ("returns", "lengths", "diverged_step"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
+    if a.omega is not None or b.omega is not None:
+        np.testing.assert_array_equal(a.omega, b.omega)
+
+
+def test_sweeps_of_one_task_share_one_program(joint):
+    assert sweep.shared_programs(SWEEPS) == [[0, 1]]
+    assert joint[0].meta["shared_program"] == ["q", "cgq"] and joint[1].meta["shared_program_index"] == 1
+    assert joint[0].meta["compiled_programs"] == 1 and joint[1].meta["compiled_programs"] == 0
+    # another task, or other seeds, cannot share
+    other = ControlSpec(algorithm="q", hyperparameters={"alpha": [0.5]}, **{**BASE, "seeds": 3})
+    assert sweep.shared_programs(SWEEPS + [other]) == [[0, 1], [2]]
+
+
+def test_shared_program_gives_each_sweep_its_own_runs_bit_for_bit(joint):
+    for spec, r in zip(SWEEPS, joint):
+        _same(r, sweep.run(spec, progress=False))
+    assert (joint[0].lengths > 0).all() and joint[0].lengths[:, :, -1].min() < 100  # it learned something
+
+
+def test_a_finished_sweep_stops_stepping():
+    """Q at alpha 0.5 finishes its 25 episodes long before CGQ: its update
+    counter (shared by its runs: the steps its member ran) stops there."""
+    sizes = [s.num_points for s in SWEEPS]
+    prog = program.make_program(SWEEPS, sizes, keep_state=True)
+    grids = tuple(program.grid_inputs(s, np.arange(s.num_points)) for s in SWEEPS)
+    outs = prog.fn(np.uint32(0), grids)
+    steps = [int(o["state"].count) for o in outs]
+    need = [int(o["lengths"].sum(-1).max()) for o in outs]  # the slowest run of each
+    for s, n in zip(steps, need):
+        assert n <= s < n + BASE["block"]  # stepped to the end of the block its last run finished in
+    assert steps[0] < steps[1]
+
+
+def test_loop_parameters_as_grid_axes_equal_plain_settings():
+    axes = ControlSpec(task="cliff_walking", algorithm="q", seeds=2, episodes=20, max_steps=3000, block=50,
+                       hyperparameters={"alpha": [0.3], "epsilon": [0.05, 0.2], "epsilon_decay": [1.0, 0.99],
+                                        "gamma": [0.9, 0.99]})
+    assert axes.names == ("alpha", "epsilon", "epsilon_decay", "gamma") and axes.num_points == 8
+    r = sweep.run(axes, progress=False)
+    for point in ({"epsilon": 0.05, "epsilon_decay": 1.0, "gamma": 0.9},
+                  {"epsilon": 0.2, "epsilon_decay": 0.99, "gamma": 0.99}):
+        i = next(i for i in range(8) if all(r.point(i)[k] == v for k, v in point.items()))
+        plain = sweep.run(ControlSpec(task="cliff_walking", algorithm="q", seeds=2, episodes=20, max_steps=3000,
+                                      block=50, hyperparameters={"alpha": [0.3]}, **point), progress=False)
+        for k in ("returns", "lengths"):
+            np.testing.assert_array_equal(getattr(r, k)[i], getattr(plain, k)[0])
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"epsilon": 0.3, "hyperparameters": {"alpha": [0.1], "epsilon": [0.1, 0.2]}}, "epsilon"),
+    ({"hyperparameters": {"alpha": [0.1], "gamma": [0.9, 1.5]}}, "gamma"),
+    ({"epsilon": [0.05, 0.1], "epsilon_min": 0.08}, "epsilon_min"),
+    ({"epsilon_decay": [0.0, 0.9]}, "epsilon_decay"),
+])
+def test_bad_loop_axes_are_refused_naming_the_field(change, field):
+    kw = dict(task="cliff_walking", algorithm="q", hyperparameters={"alpha": [0.1]})
+    kw.update(change)
+    with pytest.raises(ValueError, match=f"^{field}:"):
+        ControlSpec(**kw)
+
+
+def test_loop_axes_from_the_command_line_and_a_table():
+    args = cli.build_parser().parse_args(["control", "--task", "cliff_walking", "--algorithm", "q", "--alpha", "0.1",
+                                          "--epsilon", "0.05,0.1", "--gamma", "0.9"])
+    spec = cli_args.control_spec_from_args(args)
+    assert spec.hyperparameters["epsilon"] == (0.05, 0.1) and spec.gamma == 0.9 and "gamma" not in spec.names
+    again = ControlSpec.from_dict(spec.to_dict())
+    assert again == spec and again.num_points == 2
+    table = ControlSpec.from_dict({"task": "cliff_walking", "algorithm": "q", "alpha": [0.1], "gamma": [0.9, 0.99]})
+    assert table.names == ("alpha", "gamma") and table.loop_values("gamma") == (0.9, 0.99)
