@@ -175,6 +175,11 @@ def test_fourier_basis_by_hand():
     # In 2-D the coefficients are every (c0, c1) in {0, 1}^2, c1 varying fastest.
     fm = fmaps.make("fourier", [0.0, 0.0], [1.0, 1.0], 1, order=1)
     np.testing.assert_allclose(np.asarray(fm.fn(jnp.asarray([0.5, 1.0])))[0], [1, -1, 0, 0], atol=1e-6)
+    # one example at a time, batched by the caller: vmap equals the loop
+    xs = jnp.asarray(np.random.default_rng(0).uniform(-0.5, 1.5, (5, 2)), jnp.float32)
+    # (another program: XLA may vectorise cos differently, so to float32 rounding)
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(fm.fn))(xs)), np.stack([fm.fn(x) for x in xs]),
+                               rtol=0, atol=1e-6)
 
 
 def test_rbf_basis_by_hand():
