@@ -78,6 +78,9 @@ MARGINAL_TOL = 1e-9
 # already the faster beyond a few hundred dimensions (benchmarks/README.md) and
 # needs room for its Krylov space (ARPACK wants k < dim - 1).
 DENSE_MAX = 100
+# The stationary moments solve (I - T) Z = C: densely (LU) up to this many
+# dimensions, where GMRES would need about 1 / (1 - radius) iterations.
+STATIONARY_DENSE_MAX = 4000
 
 
 class JumpSystem(NamedTuple):
@@ -363,14 +366,19 @@ def _sym_index(n: int):
 
 def _sym_matrix(system: JumpSystem) -> np.ndarray:
     """The second-moment operator restricted to symmetric matrices, in the
-    coordinates of their upper triangles (modes * n(n+1)/2 square)."""
+    coordinates of their upper triangles (modes * n(n+1)/2 square), built outcome
+    by outcome: never the (modes n^2)^2 matrix on all matrices."""
     n, M = system.size, system.modes
-    iu, full = _sym_index(n)
+    iu, _ = _sym_index(n)
     p = len(iu[0])
-    T = system.second_moment_matrix().reshape(M, n, n, M, n, n)
-    # Column (s, a<=b) applied to E_ab + E_ba (E_aa once); keep the upper-triangle rows.
-    cols = T[:, iu[0], iu[1]]                      # (M, p, M, n, n)
-    S = cols[..., iu[0], iu[1]] + cols[..., iu[1], iu[0]] * (iu[0] != iu[1])
+    off = (iu[0] != iu[1]).astype(np.float64)
+    G = system.gamma
+    # Row (a, b), column (c, d) of G Z G^T on Z = E_cd + E_dc (E_cc once):
+    # G[a, c] G[b, d] + G[a, d] G[b, c] [c != d].
+    K = (G[:, iu[0]][:, :, iu[0]] * G[:, iu[1]][:, :, iu[1]]
+         + off * G[:, iu[0]][:, :, iu[1]] * G[:, iu[1]][:, :, iu[0]])
+    S = np.zeros((M, p, M, p))
+    np.add.at(S, (system.dst, slice(None), system.src), system.p[:, None, None] * K)
     return S.reshape(M * p, M * p)
 
 
@@ -391,7 +399,7 @@ def _radius(system: JumpSystem, force: str | None = None) -> tuple[float, str]:
     return float(ev.real.max()), "arnoldi"
 
 
-def _stationary(system: JumpSystem, V: np.ndarray, method: str) -> Stationary:
+def _stationary(system: JumpSystem, V: np.ndarray) -> Stationary:
     n, M = system.size, system.modes
     pi, p = system.pi, system.p
     # first moments: q = B q + c1, c1_{d} = sum_i p_i pi_{src_i} b_i at dst_i
@@ -406,16 +414,17 @@ def _stationary(system: JumpSystem, V: np.ndarray, method: str) -> Stationary:
     C2 = np.zeros((M, n, n))
     np.add.at(C2, system.dst, p[:, None, None] * terms)
     iu, full = _sym_index(n)
-    if method == "dense":
+    if M * len(iu[0]) <= STATIONARY_DENSE_MAX:
         rhs = C2[:, iu[0], iu[1]].ravel()
         z = np.linalg.solve(np.eye(len(rhs)) - _sym_matrix(system), rhs).reshape(M, -1)
         Z = z[:, full]
     else:
         op = spla.LinearOperator((M * n * n,) * 2, dtype=np.float64,
                                  matvec=lambda v: v - system.second_moment(v.reshape(M, n, n)).ravel())
-        sol, info = spla.gmres(op, C2.ravel(), rtol=1e-12, restart=200, maxiter=2000)
+        sol, info = spla.gmres(op, C2.ravel(), rtol=1e-10, restart=100, maxiter=50)
         if info != 0:
-            raise ValueError(f"stationary: GMRES did not converge (info {info})")
+            raise ValueError(f"stationary: GMRES did not converge in {50 * 100} iterations "
+                             f"({M * len(iu[0])} dimensions, radius near 1); pass stationary=False")
         Z = sol.reshape(M, n, n)
         Z = 0.5 * (Z + np.swapaxes(Z, 1, 2))
     G = np.einsum("i,ijk->jk", p * pi[system.src], system.gamma) - np.eye(n)
@@ -429,9 +438,10 @@ def _log(r: float) -> float:
 
 
 def analyse(system: JumpSystem, sampler: str = "markov", tol: float = 1e-3,
-            method: str | None = None) -> MeanSquare:
+            method: str | None = None, stationary: bool = True) -> MeanSquare:
     """`MeanSquare` of a `JumpSystem` (see `mean_square`); `method` forces
-    "dense" or "arnoldi" for the second-moment radius."""
+    "dense" or "arnoldi" for the second-moment radius; `stationary=False` skips
+    the stationary moments."""
     if not 0.0 < tol < 1.0:
         raise ValueError(f"tol: expected a value in (0, 1), got {tol}")
     if method not in (None, "dense", "arnoldi"):
@@ -443,13 +453,13 @@ def analyse(system: JumpSystem, sampler: str = "markov", tol: float = 1e-3,
     bounded = radius < 1.0 - MARGINAL_TOL
     rate = 0.5 * _log(radius)
     steps = math.log(tol) / rate if bounded and rate < 0 else (0.0 if bounded else math.inf)
-    stat = _stationary(red, V, how) if bounded else None
+    stat = _stationary(red, V) if bounded and stationary else None
     return MeanSquare(sampler, bool(bounded), radius, rate, bool(mean_radius < 1.0 - MARGINAL_TOL),
                       mean_radius, _log(mean_radius), N.shape[1], steps, tol, stat, V, how)
 
 
 def mean_square(env: FiniteMDP, alg, hyperparameters: dict, sampler: str = "markov",
-                tol: float = 1e-3) -> MeanSquare:
+                tol: float = 1e-3, stationary: bool = True) -> MeanSquare:
     """Exact mean and mean-square stability of `alg` on `env` at constant step
     sizes `hyperparameters` ({name: value}; every step size required), under
     Markov or i.i.d. sampling (`sampler`).
@@ -460,8 +470,8 @@ def mean_square(env: FiniteMDP, alg, hyperparameters: dict, sampler: str = "mark
     first and second moments (the affine term included) are solved for, from
     which `stationary_metric` gives the expected error floor. See the module
     docstring for the construction, the neutral directions and the refusal of
-    trace methods."""
-    return analyse(jump_system(env, alg, hyperparameters, sampler), sampler, tol)
+    trace methods. `stationary=False` skips the stationary moments (None)."""
+    return analyse(jump_system(env, alg, hyperparameters, sampler), sampler, tol, stationary=stationary)
 
 
 def stationary_metric(ms: MeanSquare, R: np.ndarray, h: np.ndarray, rows: slice) -> float | None:

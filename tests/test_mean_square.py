@@ -132,6 +132,20 @@ def test_markov_operator_matches_an_independent_numpy_construction(alpha, beta):
     assert iid.mean_radius ** 2 <= iid.radius + 1e-12 and mean_radius ** 2 <= radius + 1e-12  # Jensen
 
 
+def test_stationary_moments_by_gmres_match_the_dense_solve(monkeypatch):
+    """The matrix-free path (GMRES on I - T) of the stationary moments, forced on
+    the small case, against the independent dense construction."""
+    env = _small_env()
+    _, _, mean, second = _cfm(env, 0.05, 0.1)
+    monkeypatch.setattr(msq, "STATIONARY_DENSE_MAX", 0)
+    ms = msq.mean_square(env, "ctd", {"alpha": 0.05, "beta": 0.1}, "markov")
+    # GMRES stops at a relative residual of 1e-10; the operator's condition
+    # number here is about 1 / (1 - radius) ~ 1e2.
+    np.testing.assert_allclose(ms.stationary.mean, mean, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(ms.stationary.second, second, rtol=1e-6, atol=1e-8)
+    assert msq.mean_square(env, "ctd", {"alpha": 0.05, "beta": 0.1}, stationary=False).stationary is None
+
+
 def test_the_small_case_has_both_verdicts():
     """The chosen step sizes above give one bounded and one unbounded second moment."""
     env = _small_env()
