@@ -205,20 +205,25 @@ def map_values(env_source: str, algorithm, hyper: dict, env_params: dict | None,
 
 
 def run_divergence(run_dir: str, m: dict) -> dict:
-    """{x, y, diverged} of the points of a finished run (`bec-jax run --out`)
-    whose other values equal the map's fixed ones (to 1e-9 relative)."""
+    """`result_divergence` of the finished run in `run_dir` (`bec-jax run --out`)."""
     from bec_jax import results
     r = results.load_result(run_dir)
     if getattr(r, "KIND", None) != "prediction":
         raise ValueError(f"run: {run_dir!r} holds a control run; analyze overlays a prediction sweep")
+    return result_divergence(r, m, f"run: {run_dir!r}")
+
+
+def result_divergence(r, m: dict, field: str = "run") -> dict:
+    """{x, y, diverged, seeds, steps} of the grid points of a sweep result whose
+    other values equal the map's fixed ones (to 1e-9 relative)."""
     if r.algorithm != m["algorithm"]:
-        raise ValueError(f"run: {run_dir!r} ran {r.algorithm}, not {m['algorithm']}")
+        raise ValueError(f"{field} ran {r.algorithm}, not {m['algorithm']}")
     a, b = m["axes"]
     out = {"x": [], "y": [], "diverged": [], "seeds": r.seeds, "steps": int(r.steps[-1])}
     for i in range(r.num_points):
         p = r.point(i)
         if a not in p or b not in p:
-            raise ValueError(f"run: {run_dir!r} has no column {a if a not in p else b!r}")
+            raise ValueError(f"{field} has no column {a if a not in p else b!r}")
         if any(k in p and not math.isclose(float(p[k]), float(v), rel_tol=1e-9)
                for k, v in m["fixed"].items() if isinstance(v, (int, float))):
             continue
