@@ -15,7 +15,7 @@ import os
 import jax
 import numpy as np
 
-from bec_jax import algorithms, analysis, envs, plotting, sweep, verdicts
+from bec_jax import algorithms, analysis, analyze, envs, mean_square, plotting, sweep, verdicts
 from bec_jax.experiments import theory
 from bec_jax.experiments.grids import PAPER, QUICK, QUICK_SEEDS  # Appendix A's grids
 from bec_jax.experiments.reproduction import Reproduction, figure_workers, is_output, sweep_threads
@@ -309,6 +309,25 @@ def render_theory(out_dir: str) -> dict:
     return facts
 
 
+MS_CAP_QUICK = 20_000  # the --quick run's longest re-run
+MS_MAP_POINTS = 15  # per axis of the Baird CTD map (each point: one exact mean-square analysis)
+
+
+def render_mean_square_map(out_dir: str, sweep_dir: str, quick: bool = False) -> dict:
+    """The alpha-beta plane of CTD on Baird: the RMS rate of the exact
+    mean-square analysis (Markov sampling) with the mean and mean-square
+    boundaries, beside the run's divergence fractions (`analyze.stability_map`);
+    `ctd_baird_mean_square`. Returns the map's record (runs in a worker)."""
+    r = SweepResult.load(sweep_dir)
+    g = (QUICK if quick else PAPER)["baird"]
+    m = analyze.map_values("baird", "ctd", {"alpha": list(g["alpha"]), "beta": list(g["beta"])}, None,
+                           ("alpha", "beta"), r.spec_dict.get("sampler", "markov"), MS_MAP_POINTS)
+    run = analyze.result_divergence(r, m, "the Baird CTD sweep")
+    analyze.stability_map(m, out_dir, "ctd_baird_mean_square", run,
+                          title="CTD on Baird: exact RMS rate per step (Markov sampling)")
+    return {"map": m, "run": run}
+
+
 def render_sensitivity(env: str, results: dict[str, SweepResult], out_dir: str) -> str:
     """Draws and writes one environment's sensitivity figure (runs in a worker)."""
     save_figure(sensitivity_figure(env, results), out_dir, f"sensitivity_{env}")
@@ -364,7 +383,17 @@ def table_rows(results) -> list[dict]:
                 "steps_to_1e-3": ex.steps_to_tol if np.isfinite(ex.steps_to_tol) else None,
                 "trend": verdicts.curve_trend(r.mean[0, b], bool(r.diverged_fraction[b] > 0)),
                 "verdict": v.label, "verdict_reason": v.reason})
+            rows[-1].update(_mean_square_fields(env, alg, r, p))
     return rows
+
+
+def _mean_square_fields(env: str, alg: str, r: SweepResult, p: dict) -> dict:
+    """The exact mean-square analysis of a chosen point under the run's sampler
+    (`mean_square.mean_square`): the new columns of the table."""
+    sampler = r.spec_dict.get("sampler", "markov")
+    ms = mean_square.mean_square(envs.make(env), alg, {n: p[n] for n in algorithms.get(alg).names}, sampler)
+    return {"ms_sampler": sampler, "ms_mean_radius": ms.mean_radius, "ms_radius": ms.radius,
+            "ms_rms_rate": ms.rate, "ms_verdict": ms.label}
 
 
 def _num(v, fmt=".4g"):
@@ -378,15 +407,25 @@ def _rate(row) -> str:
     return f"stable, -{row['slowest_rate']:.2g}"
 
 
+def _ms_text(row) -> str:
+    """'bounded, -3.6e-04' or 'variance grows, +2.1e-02': the chosen point's mean square."""
+    if "ms_verdict" not in row:
+        return "-"
+    word = {"stable in mean square": "bounded", "mean stable, variance grows": "variance grows",
+            "diverges in mean": "diverges in mean"}[row["ms_verdict"]]
+    return f"{word}, {row['ms_rms_rate']:+.2g}"
+
+
 def table_markdown(rows) -> str:
     head = ("| environment | algorithm | alpha | beta | zeta | RMSCBE at step 0 | final RMSCBE (mean \u00b1 std) "
             "| final RMSPCBE | final distance to the fixpoint set | AUC | diverged seeds | analysis: rate per step "
-            "| verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+            "| mean square: RMS rate per step | verdict |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     body = "".join(
         f"| {r['env']} | {r['algorithm'].upper()} | {_num(r['alpha'], 'g')} | {_num(r['beta'], 'g')} | "
         f"{_num(r['zeta'], 'g')} | {r['initial_rmscbe']:.4g} | {r['final_mean']:.4g} \u00b1 {r['final_std']:.2g} | "
         f"{_num(r.get('final_rmspcbe'))} | {_num(r.get('final_fixpoint_distance'))} | "
-        f"{_num(r['auc'])} | {r['diverged_fraction']:.0%} | {_rate(r)} | {r['verdict']} |\n" for r in rows)
+        f"{_num(r['auc'])} | {r['diverged_fraction']:.0%} | {_rate(r)} | {_ms_text(r)} | {r['verdict']} |\n"
+        for r in rows)
     return head + body
 
 
@@ -648,7 +687,7 @@ def claims(results, rows, long_run: dict | None = None, theory: dict | None = No
 
 
 def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=None, conf=None,
-                    reward=None, timescale=None) -> str:
+                    reward=None, timescale=None, ms_cmp=None) -> str:
     cl = claims(results, rows, long_run, theory, conf, timescale)
     s = ["# Reproduction of *Bellman Error Centering* (ICML 2025), Section 6\n"]
     if quick:
@@ -702,6 +741,7 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=N
              "stable but sampled runs left the bound. Neutral modes (eigenvalue 0: directions along an affine "
              "fixpoint set) count as neither. The column 'analysis' gives the growth or slowest decay rate per "
              "step. The verdict_reason column of table.csv says which source decided.\n")
+    s.append(mean_square_markdown(rows, ms_cmp))
     s.append("\n## Notes\n")
     s.append("- The slow-ODE eigenvalues come from `analysis.slow_ode_matrix` (the theta dynamics once the faster "
              "recursions have settled). An eigenvalue of 0 belongs to a direction along which the fixpoints form "
@@ -712,6 +752,81 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=N
     s.append("- The paper's 2-state sensitivity figure has CTDC panels for alpha up to 0.3, but its grid lists "
              "alpha only up to 0.01; this run uses the listed grid.\n"
              "- Off-policy updates multiply theta, u and omega by rho (the authors' public code).\n")
+    return "\n".join(s)
+
+
+def _explain(p: dict) -> str:
+    """Why a grid point's run and its mean-square prediction differ."""
+    steps = p.get("long_steps", p["steps"])
+    frac = p.get("long_diverged", p["diverged"])
+    if p["predicted"] == "stable in mean square":
+        return ("the second moment is bounded, yet seeds left the bound: a transient (the iterates grow before "
+                "they contract; the radius says nothing of the first steps)")
+    if p["outcome"] == "beyond the horizon":
+        return (f"growth at {p['rate']:+.2e} per step needs ~{p['steps_needed']:.3g} steps to pass the bound; "
+                f"the longest run had {steps}")
+    if p["predicted"] == "diverges in mean":
+        return (f"{frac:.0%} of the seeds passed the bound in {steps} steps where ~{p['steps_needed']:.3g} are "
+                "needed on average: the seeds scatter around the mean's growth, the slowest still below the bound")
+    seen = ""
+    if "long_final_rmscbe_median" in p:
+        seen = (f" (here the seeds' RMSCBE went from {p['long_initial_rmscbe']:.3g} to a median of "
+                f"{p['long_final_rmscbe_median']:.3g}, largest {p['long_final_rmscbe_max']:.3g})")
+    return ("the second moment grows, but no seed passed the bound: the RMS is carried by rare large excursions, "
+            "and a typical seed follows the almost-sure rate (the top Lyapunov exponent, at most the RMS rate), "
+            "which can be negative" + seen)
+
+
+def mean_square_markdown(rows, ms_cmp: dict | None) -> str:
+    """The report's mean-square section: the chosen points that are not stable in
+    mean square, and the comparison of every grid point's prediction with its run."""
+    s = ["\n## Mean-square stability\n",
+         "The column 'mean square' is the exact second-moment analysis of the sampled recursion at the chosen "
+         "step sizes (`bec_jax.mean_square`, Costa-Fragoso-Marques' operator under the run's Markov sampling): "
+         "'bounded' with the RMS's rate per step (< 0 decays), 'variance grows' where the mean converges but the "
+         "second moment does not, 'diverges in mean' where the mean itself grows (under Markov sampling the "
+         "mean's operator is not the i.i.d. expected update's, so the two analyses can differ at large steps).\n"]
+    bad = [r for r in rows if r.get("ms_verdict", "stable in mean square") != "stable in mean square"]
+    if bad:
+        s.append("Chosen step sizes that are not stable in mean square:\n")
+        s.extend(f"- {r['env']} {r['algorithm'].upper()} ("
+                 + ", ".join(f"{k} {r[k]:g}" for k in ("alpha", "beta", "zeta") if r.get(k) is not None)
+                 + f"): {r['ms_verdict']} (mean radius {r['ms_mean_radius']:.6g}, "
+                 f"mean-square radius {r['ms_radius']:.6g})" for r in bad)
+        s.append("")
+    else:
+        s.append("Every chosen point is stable in mean square.\n")
+    if not ms_cmp:
+        return "\n".join(s)
+    s.append("### Predicted against simulated, every grid point\n")
+    s.append("Each grid point's verdict from the exact analysis against its run's fraction of diverged seeds. "
+             "*agree*: stable in mean square and no seed diverged; diverges in mean and every seed passed the bound; "
+             "variance grows and some seed did. A predicted growth too slow to pass the bound within the run "
+             f"is run again with {ms_cmp['long_seeds']} fresh seeds for twice the steps its rate needs (at most "
+             f"{ms_cmp['cap']}); *beyond the horizon*: still too slow to see. Disagreements of the paper's runs "
+             "are run again the same way and judged on that run.\n")
+    s.append("| task | points | stable in mean square | mean stable, variance grows | diverges in mean "
+             "| agree | beyond the horizon | disagree | long re-run |\n|---|---|---|---|---|---|---|---|---|")
+    for key, v in ms_cmp["summary"].items():
+        lr = ms_cmp["long_runs"].get(key)
+        s.append(f"| {key} | {v['points']} | {v['stable in mean square']} | {v['mean stable, variance grows']} | "
+                 f"{v['diverges in mean']} | {v['agree']} | {v['beyond the horizon']} | {v['disagree']} | "
+                 + (f"{lr['points']} points x {lr['seeds']} seeds x {lr['steps']} steps" if lr else "-") + " |")
+    s.append("")
+    odd = [p for p in ms_cmp["points"] if p["outcome"] != "agree"]
+    if odd:
+        s.append("Not agreeing, with the reason:\n")
+        for p in odd[:40]:
+            pt = ", ".join(f"{k} {v:g}" for k, v in p["point"].items())
+            s.append(f"- {p['env']} {p['algorithm'].upper()} ({pt}): predicted {p['predicted']}, "
+                     f"{p.get('long_diverged', p['diverged']):.0%} diverged in {p.get('long_steps', p['steps'])} "
+                     f"steps ({p['outcome']}): {_explain(p)}")
+        if len(odd) > 40:
+            s.append(f"- ... {len(odd) - 40} more in report.json (mean_square_comparison)")
+        s.append("")
+    s.append("![CTD on Baird](ctd_baird_mean_square.png)\n")
+    s.append("CTD on Baird over the alpha-beta plane: left, the exact RMS rate per step with the mean boundary "
+             "(solid) and the mean-square boundary (dashed); right, the paper's runs' divergence fractions.\n")
     return "\n".join(s)
 
 
@@ -744,6 +859,8 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
                 _log_sweep(env, alg, r, log)
                 r.save(run.path("sweeps", env, alg))
             pending.append(pool.submit(render_sensitivity, env, results[env], out_dir))
+            if env == "baird":
+                ms_map_f = pool.submit(render_mean_square_map, out_dir, run.path("sweeps", "baird", "ctd"), quick)
             rows += table_rows({env: results[env]})
             conf.update(confirm_all({env: together[env]}, log))
         pending += [pool.submit(render_figure1, name, out_dir, results, metric)
@@ -758,6 +875,10 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
             row.update({"fresh_final_mean": c["final_mean"], "fresh_final_ci_low": c["final_ci"][0],
                         "fresh_final_ci_high": c["final_ci"][1], "fresh_auc": c["auc"],
                         "fresh_auc_ci_low": c["auc_ci"][0], "fresh_auc_ci_high": c["auc_ci"][1]})
+        ms_cmp = theory.mean_square_comparison(results, cap=MS_CAP_QUICK if quick else theory.LONG_CAP,
+                                               seeds=QUICK_SEEDS if quick else theory.LONG_SEEDS)
+        log(f"  mean square: {len(ms_cmp['points'])} grid points analysed, "
+            f"{sum(v['points'] for v in ms_cmp['long_runs'].values())} run again")
         long_run = long_f.result()
         log(f"  long run: two_state ctdc {long_run['steps']} steps, compile {long_run['compile_time_s']:.2f} s, "
             f"run {long_run['run_time_s']:.2f} s")
@@ -767,8 +888,9 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
     timing = run.timing([r.meta for by_alg in results.values() for r in by_alg.values()]
                         + [long_run, *reward.values(), *(x for by in ts.values() for x in by.values())])
     run.write_table(rows, table_markdown(rows))
-    report = report_markdown(results, rows, lemma, timing, quick, long_run, facts, conf, reward, ts)
+    report = report_markdown(results, rows, lemma, timing, quick, long_run, facts, conf, reward, ts, ms_cmp)
     records = {"lemma": lemma, "table": rows, "long_run": long_run, "theory": facts, "confirmation": conf,
-               "reward_centering": reward, "timescale_runs": ts,
+               "reward_centering": reward, "timescale_runs": ts, "mean_square_comparison": ms_cmp,
+               "mean_square_map": ms_map_f.result(),
                "specs": {env: {alg: r.spec.to_dict() for alg, r in by.items()} for env, by in results.items()}}
     return run.finish(report, timing, records, table_markdown(rows), how="summed over the sweeps, two at a time: ")

@@ -26,13 +26,15 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax import algorithms, analysis, envs
+from bec_jax import algorithms, analysis, envs, mean_square, sweep, verdicts
 from bec_jax import mdp as mdp_lib
+from bec_jax.spec import SweepSpec
 from bec_jax.experiments.grids import PAPER
 
 ENVIRONMENTS = ("two_state", "boyan_chain", "baird")
@@ -478,3 +480,110 @@ def all_facts() -> dict:
     three environments, rho_convention and hypotheses on all three, CTD's
     stability map on the two off-policy ones); cached after the first call."""
     return copy.deepcopy(_all_facts())
+
+
+# ---------------------------------------------------------------- 7. mean square against the runs
+
+# Steps of simulation the long re-runs may take at most (a rate of 1e-6 per step
+# needs 14 million steps to grow by 1e6: beyond this the point stays undecided).
+LONG_CAP = 2_000_000
+LONG_SEEDS = 20
+
+
+def _state_scale(env) -> float:
+    """max |x_0| of a run's initial state (theta0; the other fields start at 0)."""
+    return max(float(np.abs(np.asarray(env.theta0)).max(initial=0.0)), 1e-3)
+
+
+def predicted(ms) -> tuple[str, float]:
+    """(label, rate of the failing moment): the mean's rate where it diverges, the
+    RMS rate where only the second moment grows, the RMS rate where both are bounded."""
+    if not ms.mean_stable:
+        return ms.label, ms.mean_rate
+    return ms.label, ms.rate
+
+
+def steps_to_see(rate: float, scale: float, bound: float) -> float:
+    """Steps for a quantity of size `scale` growing at `rate` per step to pass `bound`."""
+    return math.log(bound / scale) / rate if rate > 0 else math.inf
+
+
+def classify(label: str, needed: float, steps: int, fraction: float) -> str:
+    """'agree', 'beyond the horizon' (growth predicted but too slow for `steps`) or
+    'disagree', for a predicted `label` against a run's diverged `fraction`.
+
+    A mean that diverges drives every seed past the bound; a second moment that
+    grows only says some seeds do (the RMS is carried by the tail)."""
+    if label == "stable in mean square":
+        return "agree" if fraction == 0 else "disagree"
+    if needed > steps:
+        return "beyond the horizon" if fraction == 0 else "agree"
+    if label == "diverges in mean":
+        return "agree" if fraction == 1 else "disagree"
+    return "agree" if fraction > 0 else "disagree"
+
+
+def mean_square_grid(r, env=None) -> list:
+    """`mean_square.MeanSquare` of every grid point of a sweep result, under its sampler."""
+    env = env if env is not None else envs.make(r.env, **(r.spec_dict.get("env_params") or {}))
+    sampler = r.spec_dict.get("sampler", "markov")
+    return [mean_square.mean_square(env, r.algorithm, {n: r.point(i)[n] for n in algorithms.get(r.algorithm).names},
+                                    sampler, stationary=False) for i in range(r.num_points)]
+
+
+def mean_square_comparison(results: dict, long: bool = True, cap: int = LONG_CAP, seeds: int = LONG_SEEDS) -> dict:
+    """Every grid point of `results` ({env: {alg: SweepResult}}): the predicted
+    verdict (`mean_square`, the run's sampler) against the run's diverged
+    fraction. With `long`, the points whose predicted growth is too slow to see
+    in the run, and the disagreements, are run again (fresh seeds, same
+    sampler) for as many steps as the rate needs, up to `cap`, and classified
+    on that run. Returns {"points": [...], "summary": {...}, "long_runs": {...}}."""
+    pts, again = [], {}
+    for env_name, by in results.items():
+        for alg, r in by.items():
+            env = envs.make(r.env)
+            bound = float(r.spec_dict.get("divergence_bound", 1e6))
+            scale = _state_scale(env)
+            mss = mean_square_grid(r, env)
+            for i, ms in enumerate(mss):
+                label, rate = predicted(ms)
+                needed = steps_to_see(rate, scale, bound) if label != "stable in mean square" else math.inf
+                steps = int(r.steps[-1])
+                frac = float(r.diverged_fraction[i])
+                rec = {"env": env_name, "algorithm": alg, "point": {k: float(v) for k, v in r.point(i).items()},
+                       "predicted": label, "mean_radius": ms.mean_radius, "radius": ms.radius, "rate": rate,
+                       "steps_needed": needed, "steps": steps, "seeds": r.seeds, "diverged": frac,
+                       "outcome": classify(label, needed, steps, frac)}
+                pts.append(rec)
+                if long and rec["outcome"] != "agree":
+                    again.setdefault((env_name, alg), []).append(len(pts) - 1)
+    long_runs = {}
+    for (env_name, alg), idx in again.items():
+        r = results[env_name][alg]
+        finite = [pts[j]["steps_needed"] for j in idx if math.isfinite(pts[j]["steps_needed"])]
+        horizon = int(min(cap, max([2 * n for n in finite] + [10 * pts[idx[0]]["steps"]])))
+        horizon = -(-horizon // 100) * 100
+        names = algorithms.get(alg).names
+        spec = SweepSpec(env=r.env, algorithm=alg, points=tuple({n: pts[j]["point"][n] for n in names} for j in idx),
+                         seeds=seeds, steps=horizon, log_every=horizon // 10, seed=7,
+                         sampler=r.spec_dict.get("sampler", "markov"), metrics=("rmscbe",))
+        lr = sweep.run(spec)
+        long_runs[f"{env_name}/{alg}"] = {"points": len(idx), "steps": horizon, "seeds": seeds,
+                                           "run_time_s": lr.meta.get("run_time_s")}
+        for k, j in enumerate(idx):
+            p = pts[j]
+            frac = float(lr.diverged_fraction[k])
+            fin = np.asarray(lr.final[0, k], np.float64)
+            p.update(long_steps=horizon, long_seeds=seeds, long_diverged=frac,
+                     long_initial_rmscbe=float(lr.mean[0, k, 0]), long_final_rmscbe_median=float(np.median(fin)),
+                     long_final_rmscbe_max=float(fin.max()),
+                     outcome=classify(p["predicted"], p["steps_needed"], horizon, frac))
+    summary = {}
+    for p in pts:
+        key = f"{p['env']}/{p['algorithm']}"
+        s = summary.setdefault(key, {"points": 0, "agree": 0, "beyond the horizon": 0, "disagree": 0,
+                                     **{lab: 0 for lab in verdicts.STABILITY_LABELS}})
+        s["points"] += 1
+        s[p["outcome"]] += 1
+        s[p["predicted"]] += 1
+    return {"points": pts, "summary": summary, "long_runs": long_runs, "long_seeds": seeds, "cap": cap}
