@@ -1,4 +1,4 @@
-"""`jax.random.fold_in` for threefry keys, unrolled so that XLA fuses it.
+"""JAX's threefry keys, computed as arithmetic that XLA fuses.
 
 JAX lowers its threefry hash on the CPU to a rolled loop of five iterations
 (compact to compile). Under XLA:CPU's thunk runtime each iteration is a dozen
@@ -9,10 +9,17 @@ with 20 rounds, as `jax._src.random.threefry2x32`) as plain elementwise integer
 arithmetic, which XLA fuses into the step's other work. It returns the same
 key as `jax.random.fold_in`, bit for bit (tests/test_threefry.py); keys of any
 other implementation go to `jax.random.fold_in`.
+
+`IMPL` is the whole PRNG, threefry2x32 in JAX's default (partitionable) mode
+computed the same way: keys wrapped with it (`fused`) give the bits, splits
+and fold-ins of threefry keys bit for bit, through every `jax.random`
+function, including those a task's own code calls (gymnax draws a uniform in
+every Acrobot step, for its torque noise).
 """
 from __future__ import annotations
 
 import jax
+import jax.extend.random
 import jax.numpy as jnp
 import numpy as np
 
@@ -49,4 +56,45 @@ def fold_in(key: jax.Array, data) -> jax.Array:
     return jax.random.wrap_key_data(jnp.stack([y1, y2], axis=-1), impl=jax.random.key_impl(key))
 
 
-__all__ = ["fold_in", "hash2x32"]
+def _counts(shape) -> tuple[jax.Array, jax.Array]:
+    """JAX's `iota_2x32_shape`: a uint64 iota over `shape` as (high, low) words."""
+    n = int(np.prod(shape, dtype=np.int64))
+    if n >= 2**32:
+        raise ValueError(f"shape: at most 2**32 - 1 random words per call, got {n}")
+    lo = jax.lax.iota(jnp.uint32, max(n, 1))[:n].reshape(shape)
+    return jnp.zeros(shape, jnp.uint32), lo
+
+
+def _split(key: jax.Array, shape) -> jax.Array:
+    hi, lo = _counts(tuple(shape))
+    y1, y2 = hash2x32(key[0], key[1], hi, lo)
+    return jnp.stack([y1, y2], axis=-1)
+
+
+def _random_bits(key: jax.Array, bit_width: int, shape) -> jax.Array:
+    hi, lo = _counts(tuple(shape))
+    b1, b2 = hash2x32(key[0], key[1], hi, lo)
+    if bit_width == 64:
+        return (b1.astype(jnp.uint64) << np.uint64(32)) | b2.astype(jnp.uint64)
+    bits = b1 ^ b2
+    return bits if bit_width == 32 else bits.astype({8: jnp.uint8, 16: jnp.uint16}[bit_width])
+
+
+def _fold_in(key: jax.Array, data) -> jax.Array:
+    data = jnp.asarray(data).astype(jnp.uint32)
+    y1, y2 = hash2x32(key[0], key[1], jnp.zeros_like(data), data)
+    return jnp.stack([y1, y2])
+
+
+IMPL = jax.extend.random.define_prng_impl(
+    key_shape=(2,), seed=jax.extend.random.threefry_prng_impl.seed, split=_split, random_bits=_random_bits,
+    fold_in=_fold_in, name="threefry2x32_fused", tag="frf")
+
+
+def fused(key: jax.Array) -> jax.Array:
+    """The threefry key `key` (any batch shape) as a key of `IMPL`: the same
+    random numbers through every `jax.random` function, as fused arithmetic."""
+    return jax.random.wrap_key_data(jax.random.key_data(key), impl=IMPL)
+
+
+__all__ = ["IMPL", "fold_in", "fused", "hash2x32"]

@@ -31,3 +31,20 @@ def test_other_key_implementations_go_to_jax():
     k = jax.random.key(1, impl="rbg")
     np.testing.assert_array_equal(jax.random.key_data(threefry.fold_in(k, 5)),
                                   jax.random.key_data(jax.random.fold_in(k, 5)))
+
+
+def test_fused_keys_draw_what_threefry_keys_draw():
+    """Every jax.random function a task might call, on keys of the fused
+    implementation, against the same keys as threefry keys (JAX's default,
+    partitionable threefry)."""
+    keys = jax.random.split(jax.random.key(3), 8)
+    fk = threefry.fused(keys)
+    same = lambda f: np.testing.assert_array_equal(*(np.asarray(jax.jit(jax.vmap(f))(k)) for k in (fk, keys)))
+    same(lambda k: jax.random.uniform(k, (3, 5)))
+    same(lambda k: jax.random.uniform(k, (), minval=-1.0, maxval=2.0))
+    same(lambda k: jax.random.normal(k, (7,)))
+    same(lambda k: jax.random.randint(k, (4,), 0, 10))
+    same(lambda k: jax.random.bits(k, (3,), jnp.uint8))
+    same(lambda k: jax.random.key_data(jax.random.split(k, 3)))
+    same(lambda k: jax.random.key_data(jax.random.fold_in(k, 77)))
+    same(lambda k: jax.random.choice(k, 5, (2,), replace=False))

@@ -7,7 +7,7 @@ sweeps of one task as one compiled XLA program.
             for each member (sweep) with a live run:          # independent
                 scan over `block` steps (
                     every (grid point, seed) run: epsilon-greedy act, task step,
-                    update, log a finished episode, reset)    # vmap(grid) o vmap(seed)
+                    update, log a finished episode, reset)    # vmap over G N runs
                 freeze runs whose state left the bound)))
 
 A member is one sweep: its algorithm, its grid, its learner states. Members
@@ -49,7 +49,7 @@ class Member(NamedTuple):
     spec: ControlSpec
     alg: object
     axes: object          # the learner state's batch axes (None: shared)
-    step_all: Callable    # (carry, step keys (N,), grid columns) -> carry
+    step_all: Callable    # (carry, step keys (R,), columns (R,)) -> carry, over R = G N flat runs
 
 
 class Shared(NamedTuple):
@@ -106,17 +106,17 @@ def member(spec: ControlSpec, task) -> Member:
         return loop.advance(task, lambda st, tr: alg.apply(st, tr, hp), lambda st: getattr(st, alg.weights),
                             behaviour_columns(spec, cols), cap, gamma, learner, ls, log, key, spec.reward_shift)
 
-    over_seeds = jax.vmap(run_step, in_axes=(axes, 0, 0, 0, None), out_axes=(axes, 0, 0, 0))
-    over_grid = jax.vmap(over_seeds, in_axes=(axes, 0, 0, None, 0), out_axes=(axes, 0, 0, 0))
-    reset_grid = jax.vmap(jax.vmap(lambda ls, done, key: loop.reset_done(task, ls, done, key)),
-                          in_axes=(0, 0, None))
+    # The runs are one flat batch (grid point-major): gathers and scatters with
+    # one batch axis compile to simpler and faster loops on the CPU than with two.
+    over_runs = jax.vmap(run_step, in_axes=(axes, 0, 0, 0, 0), out_axes=(axes, 0, 0, 0))
+    reset_runs = jax.vmap(lambda ls, done, key: loop.reset_done(task, ls, done, key))
 
     def step_all(c, keys_t, cols):
         # Resets (a task's reset and its features) are computed only on steps
         # where some run's episode ended: `loop.step`, with the reset skipped
         # when nothing would use it.
-        learner, ls, log, done = over_grid(*c, keys_t, cols)
-        ls = jax.lax.cond(jnp.any(done), lambda: reset_grid(ls, done, keys_t), lambda: ls)
+        learner, ls, log, done = over_runs(*c, keys_t, cols)
+        ls = jax.lax.cond(jnp.any(done), lambda: reset_runs(ls, done, keys_t), lambda: ls)
         return learner, ls, log
 
     return Member(spec, alg, axes, step_all)
@@ -126,19 +126,20 @@ def shared(specs: list[ControlSpec]) -> Shared:
     """The `Shared` of sweeps that may run as one program (the first's task and sizes)."""
     spec = specs[0]
     task = spec.make_task()
-    return Shared(task, jnp.dtype(spec.dtype), task.num_features, spec.seeds, spec.episodes, spec.block,
-                  -(-spec.total_steps // spec.block), spec.divergence_bound)
+    K = spec.block_steps
+    return Shared(task, jnp.dtype(spec.dtype), task.num_features, spec.seeds, spec.episodes, K,
+                  -(-spec.total_steps // K), spec.divergence_bound)
 
 
 def run_ok(learner, ls, axes, bound: float) -> jax.Array:
-    """(G, N) True where the run looks bounded (`engine.divergence.run_ok`): its
+    """(R,) True where the run looks bounded (`engine.divergence.run_ok`): its
     scalar state (omega) and the action values of its current state, under every
     weight-like vector of the learner (w, and u where there is one), are finite
     and within the bound. Divergence of linear TD methods shows in the values
     they bootstrap from; an O(A m) check per block keeps the cost independent of
     the number of features (a full scan of 234,375 Acrobot weights per block
     cost more than the steps)."""
-    return divergence.run_ok(learner, bound, axes, view=lambda x: jax.vmap(jax.vmap(q_values))(x, ls.active))
+    return divergence.run_ok(learner, bound, axes, view=lambda x: jax.vmap(q_values)(x, ls.active), batch=1)
 
 
 def live(sh: Shared, carry) -> jax.Array:
@@ -147,7 +148,7 @@ def live(sh: Shared, carry) -> jax.Array:
     return jnp.any((dstep < 0) & (ls.episodes < sh.episodes))
 
 
-def member_block(sh: Shared, m: Member, cols: dict, stream_keys, j, carry):
+def member_block(sh: Shared, m: Member, cols: dict, run_keys, j, carry):
     """Block j of `sh.block` steps of every run of member `m`; a run that left
     the bound during the block goes back to the block's start and stays there,
     flagged with the block's last step (the select over every state runs only
@@ -158,7 +159,7 @@ def member_block(sh: Shared, m: Member, cols: dict, stream_keys, j, carry):
     learner, ls, log, dstep = carry
 
     def one(c, i):
-        keys_t = threefry.fold_in(stream_keys, j * K + i)
+        keys_t = jax.vmap(jax.random.fold_in, in_axes=(0, None))(run_keys, j * K + i)
         return m.step_all(c, keys_t, cols), None
 
     (nl, nls, nlog), _ = jax.lax.scan(one, (learner, ls, log), jnp.arange(K, dtype=jnp.int32))
@@ -173,43 +174,50 @@ def member_block(sh: Shared, m: Member, cols: dict, stream_keys, j, carry):
 
 
 def init_member(sh: Shared, m: Member, G: int, init_keys) -> tuple:
-    """A member's first carry: every run reset with its seed's key, the learner
-    at its algorithm's init from zero weights, empty logs, nothing diverged."""
-    ls = jax.vmap(lambda k: loop.loop_init(sh.task, k, sh.dtype))(init_keys)
-    ls = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G,) + x.shape), ls)
-    st0 = m.alg.init(jnp.zeros((sh.d,), sh.dtype))
+    """A member's first carry over its G N flat runs (grid point-major): every
+    run reset with its seed's key, the learner at its algorithm's init from zero
+    weights, empty logs, nothing diverged."""
     N = sh.seeds
+    ls = jax.vmap(lambda k: loop.loop_init(sh.task, k, sh.dtype))(init_keys)
+    ls = jax.tree_util.tree_map(lambda x: jnp.tile(x, (G,) + (1,) * (x.ndim - 1)), ls)
+    st0 = m.alg.init(jnp.zeros((sh.d,), sh.dtype))
     learner = jax.tree_util.tree_map(
-        lambda x, a: x if a is None else jnp.broadcast_to(x, (G, N) + x.shape), st0, m.axes)
-    log = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G, N) + x.shape),
+        lambda x, a: x if a is None else jnp.broadcast_to(x, (G * N,) + x.shape), st0, m.axes)
+    log = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G * N,) + x.shape),
                                  loop.log_init(sh.episodes, sh.dtype))
-    return learner, ls, log, jnp.full((G, N), -1, jnp.int32)
+    return learner, ls, log, jnp.full((G * N,), -1, jnp.int32)
 
 
-def outputs(carry, keep_state: bool) -> dict:
-    """A member's outputs from its last carry: the logs (entries past a run's
-    episode count, which a revert leaves behind, cleared), the divergence
-    steps, omega (or rbar) where the learner has one, and with `keep_state`
-    the learner states."""
+def outputs(carry, G: int, axes, keep_state: bool) -> dict:
+    """A member's outputs from its last carry, (G, N, ...) per grid point and
+    seed: the logs (entries past a run's episode count, which a revert leaves
+    behind, cleared), the divergence steps, omega (or rbar) where the learner
+    has one, and with `keep_state` the learner states."""
     learner, ls, log, dstep = carry
-    logged = jax.lax.broadcasted_iota(jnp.int32, log.lengths.shape, log.lengths.ndim - 1) < ls.episodes[..., None]
-    out = {"returns": jnp.where(logged, log.returns, 0), "lengths": jnp.where(logged, log.lengths, 0),
-           "diverged_step": dstep}
+    logged = jax.lax.broadcasted_iota(jnp.int32, log.lengths.shape, 1) < ls.episodes[:, None]
+    by_point = lambda x: x.reshape((G, -1) + x.shape[1:])
+    out = {"returns": by_point(jnp.where(logged, log.returns, 0)),
+           "lengths": by_point(jnp.where(logged, log.lengths, 0)), "diverged_step": by_point(dstep)}
     if keep_state:
-        out["state"] = learner
+        out["state"] = jax.tree_util.tree_map(lambda x, a: x if a is None else by_point(x), learner, axes)
     for name in ("omega", "rbar"):
         if hasattr(learner, name):
-            out["omega"] = getattr(learner, name)
+            out["omega"] = by_point(getattr(learner, name))
     return out
 
 
 def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple) -> tuple:
-    """Every run of every member (grids: one dict of grid columns per member),
-    block by block while some member has a live run (and steps remain)."""
-    keys = per_seed_keys(seed, sh.seeds)
+    """Every run of every member (grids: one dict of (G,) grid columns per
+    member), block by block while some member has a live run (and steps remain)."""
+    N = sh.seeds
+    # Keys of the fused threefry (`bec_jax.threefry.IMPL`): the same numbers as
+    # threefry keys, drawn as fused arithmetic also inside a task's own code.
+    keys = threefry.fused(per_seed_keys(seed, N))
     init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
-    cols = [{n: g[n] for n in g} for g in grids]
-    carries = tuple(init_member(sh, m, next(iter(g.values())).shape[0], init_keys) for m, g in zip(members, grids))
+    Gs = [next(iter(g.values())).shape[0] for g in grids]
+    cols = [{n: jnp.repeat(v, N) for n, v in g.items()} for g in grids]  # per run, grid point-major
+    run_keys = [jnp.tile(stream_keys, G) for G in Gs]
+    carries = tuple(init_member(sh, m, G, init_keys) for m, G in zip(members, Gs))
 
     def more(state):
         j, cs = state
@@ -218,13 +226,13 @@ def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple
     def block(state):
         j, cs = state
         if len(members) == 1:  # one member: live whenever the loop runs
-            return j + 1, (member_block(sh, members[0], cols[0], stream_keys, j, cs[0]),)
+            return j + 1, (member_block(sh, members[0], cols[0], run_keys[0], j, cs[0]),)
         return j + 1, tuple(
-            jax.lax.cond(live(sh, c), partial(member_block, sh, m, cc, stream_keys, j), lambda c: c, c)
-            for m, cc, c in zip(members, cols, cs))
+            jax.lax.cond(live(sh, c), partial(member_block, sh, m, cc, rk, j), lambda c: c, c)
+            for m, cc, rk, c in zip(members, cols, run_keys, cs))
 
     _, carries = jax.lax.while_loop(more, block, (jnp.int32(0), carries))
-    return tuple(outputs(c, keep_state) for c in carries)
+    return tuple(outputs(c, G, m.axes, keep_state) for c, G, m in zip(carries, Gs, members))
 
 
 def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_state: bool = False,

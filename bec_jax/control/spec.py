@@ -24,6 +24,7 @@ DTYPES = ("float32", "float64")
 # The loop's parameters that may also be grid axes (a list of values, at the top
 # level or in `hyperparameters`): the behaviour's and the discount.
 LOOP_AXES = ("epsilon", "epsilon_decay", "epsilon_min", "gamma")
+AUTO_BLOCK, MAX_AUTO_BLOCK, BLOCK_WEIGHT_BYTES = 100, 1000, 512  # `ControlSpec.block_steps`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +52,10 @@ class ControlSpec:
         transition is learned as non-terminal, as the authors do.
       max_steps: the step budget of a run (default episodes x max_episode_steps).
       gamma: the discount (default the task's).
-      block: steps between divergence checks and loop-exit tests.
+      block: steps between divergence checks and loop-exit tests; default
+        (None) `AUTO_BLOCK` steps, more for long weight vectors (see
+        `block_steps`). A run's logged episodes do not depend on it unless it
+        diverges (it is frozen at the start of the block it diverged in).
       dtype, divergence_bound: as in prediction sweeps (a run whose weights
         leave [-bound, bound] or stop being finite is frozen and flagged).
       reward_shift: the learner sees r - reward_shift (returns are logged
@@ -72,7 +76,7 @@ class ControlSpec:
     max_episode_steps: int | None = None
     max_steps: int | None = None
     gamma: float | None = None
-    block: int = 100
+    block: int | None = None
     dtype: str = "float32"
     divergence_bound: float = 1e6
     reward_shift: float = 0.0
@@ -104,6 +108,8 @@ class ControlSpec:
         object.__setattr__(self, "hyperparameters", hp)
         for name, lo in (("seeds", 1), ("episodes", 1), ("block", 1)):
             v = getattr(self, name)
+            if name == "block" and v is None:
+                continue
             if not is_int(v) or not lo <= v <= MAX_INT32:
                 raise ValueError(f"{name}: must be an integer >= {lo}, got {v!r}")
         if not is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
@@ -196,6 +202,19 @@ class ControlSpec:
     def make_task(self):
         """The `ControlEnv` of `task` with `task_params` (built once per spec)."""
         return self._task
+
+    @property
+    def block_steps(self) -> int:
+        """Steps per block: `block`, or by default `AUTO_BLOCK`, raised for a task
+        whose weight vector is long (about one step per `BLOCK_WEIGHT_BYTES`
+        of it, at most `MAX_AUTO_BLOCK`): a block keeps a copy of every run's
+        learner for the divergence revert, which for Acrobot's 234,375 weights
+        cost more than 100 steps. It depends on the task and dtype only, so
+        sweeps sharing a program share it."""
+        if self.block is not None:
+            return self.block
+        weight_bytes = self.make_task().num_features * np.dtype(self.dtype).itemsize
+        return int(min(MAX_AUTO_BLOCK, max(AUTO_BLOCK, -(-weight_bytes // BLOCK_WEIGHT_BYTES))))
 
     @property
     def episode_cap(self) -> int:

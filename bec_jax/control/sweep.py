@@ -32,6 +32,8 @@ from bec_jax.engine.protocol import check_dtype, gather, round_chunk, run_meta
 from bec_jax.engine.tuning import memo_get, memo_key, memo_put
 
 KIND = "control"
+STEP_COST = 100         # a control step's cost in prediction updates (`updates`)
+SERIAL_FUSIONS = True   # its programs are many small dependent steps (`tuning.CPU_SERIAL_OPTIONS`)
 SEGMENTS = False        # a chunk runs every seed of its points in one call
 BLOCK_PROGRESS = False  # a chunk reports when it ends
 STATE_COPIES = 4        # live copies of the learner state in a block (the scan's, the revert's)
@@ -56,7 +58,7 @@ def sizes(spec: ControlSpec) -> memory.Sizes:
     log = spec.episodes * (item + 4)
     return memory.Sizes(item=item, metrics=0, state=state, per_run=STATE_COPIES * state + LOOP_BYTES + 2 * log,
                         per_seed=32, report_stats=0, report_seed=0, finals=log + 4 + item, carry=0,
-                        log_points=1, block_steps=spec.block)
+                        log_points=1, block_steps=spec.block_steps)
 
 
 def plan_memory(spec: ControlSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
@@ -98,10 +100,13 @@ def fingerprints(spec: ControlSpec) -> list[str]:
     return []
 
 
-def updates(spec: ControlSpec) -> None:
-    """None: control programs always take the light compile (`tuning.choose_form`),
-    with which they run as fast."""
-    return None
+def updates(spec: ControlSpec) -> int:
+    """The sweep's work in prediction updates, which `tuning.choose_form` weighs:
+    every run's step budget, a step counted as `STEP_COST` updates (a control
+    step acts, steps the task and updates; measured in benchmarks/README.md).
+    Small sweeps (tests, quick runs) get the light compile; the reproduction's
+    sweeps run over twice as fast with the fusion emitters."""
+    return spec.num_points * spec.seeds * spec.total_steps * STEP_COST
 
 
 def chunk_grid(spec: ControlSpec, group, chunk) -> dict:
@@ -226,7 +231,7 @@ def _run_joint(specs: list, devices, compiler_options: dict | None) -> list[Cont
     groups, chunks = zip(*(plan(s, s.num_points) for s in specs))
     chunks = [c[0]._replace(indices=pad(c[0].indices, n_dev)) for c in chunks]
     sizes_ = [len(c.indices) for c in chunks]
-    form = tuning.choose_form(specs[0], devices, None, compiler_options)
+    form = tuning.choose_form(specs[0], devices, None, compiler_options, updates=sum(updates(s) for s in specs))
     memo = tuple(memo_key(s, g[0], n, devices, form, KIND) for s, g, n in zip(specs, groups, sizes_)) + ("joint",)
     t = time.perf_counter()
     hit, made = memo_get(memo), 0

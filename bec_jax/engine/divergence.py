@@ -5,7 +5,8 @@ A program checks its runs once per block, not per step (a per-step check
 costs more than the update): a run whose state left [-bound, bound], or
 stopped being finite, during the block goes back to its state at the block's
 start, stays frozen there, and is flagged with the block's last step. Runs
-are batched over two leading axes (grid and seed, in the front's order);
+are batched over two leading axes (grid and seed, in the front's order) or
+one (a flat batch of runs);
 `axes` (a pytree like the state, None for an unbatched leaf such as a shared
 update counter) says which leaves are per run.
 """
@@ -17,20 +18,21 @@ import jax
 import jax.numpy as jnp
 
 
-def max_abs(x: jax.Array) -> jax.Array:
-    """max |x| over the axes after the first two. The max over the minor axis is
-    unrolled into elementwise maxima: a minor-axis reduction is slow on the CPU
-    (see `algorithms.base.vdot`)."""
-    x = jnp.abs(x.reshape(x.shape[:2] + (-1,)))
+def max_abs(x: jax.Array, batch: int = 2) -> jax.Array:
+    """max |x| over the axes after the first `batch` (the runs'). The max over the
+    minor axis is unrolled into elementwise maxima: a minor-axis reduction is
+    slow on the CPU (see `algorithms.base.vdot`)."""
+    x = jnp.abs(x.reshape(x.shape[:batch] + (-1,)))
     m = x[..., 0]
     for i in range(1, x.shape[-1]):
         m = jnp.maximum(m, x[..., i])
     return m
 
 
-def run_ok(state, bound: float, axes=None, view: Callable | None = None) -> jax.Array:
+def run_ok(state, bound: float, axes=None, view: Callable | None = None, batch: int = 2) -> jax.Array:
     """(B0, B1) True where every per-run float leaf of `state` is finite and within
-    `bound` (NaN fails the comparison, so it counts as diverged). `view(leaf)`,
+    `bound` (NaN fails the comparison, so it counts as diverged); runs batched
+    over the first `batch` axes (two: (B0, B1); one: a flat (B,)). `view(leaf)`,
     where given, maps a per-run vector leaf (B0, B1, d) to the values the check
     reads instead of the whole vector (control checks the action values at the
     current state: O(A m) per run, whatever d)."""
@@ -40,9 +42,9 @@ def run_ok(state, bound: float, axes=None, view: Callable | None = None) -> jax.
     for x, ax in zip(leaves, axes):
         if ax is None or not jnp.issubdtype(x.dtype, jnp.floating):
             continue
-        if view is not None and x.ndim > 2:
+        if view is not None and x.ndim > batch:
             x = view(x)
-        leaf_ok = max_abs(x) <= bound
+        leaf_ok = max_abs(x, batch) <= bound
         ok = leaf_ok if ok is None else ok & leaf_ok
     return ok
 

@@ -47,6 +47,12 @@ CPU_COMPILER_OPTIONS = {**_CPU_O1,
 # much as the run time lost, or more.
 CPU_LIGHT_OPTIONS = {**_CPU_O1, "xla_cpu_use_fusion_emitters": False}
 LIGHT_COMPILE_UPDATES = 1_000_000_000
+# XLA:CPU splits a fusion it judges costly into parallel tasks on its thread
+# pool. In a program of many small dependent steps (a control step: gathers of
+# a few weights per run) the handoff between threads costs more than the work:
+# a front whose programs are such sets SERIAL_FUSIONS, and its CPU programs
+# are compiled without the pass (benchmarks/README.md).
+CPU_SERIAL_OPTIONS = {"xla_disable_hlo_passes": "cpu-parallel-task-assigner"}
 _EMITTER_OPTIONS = {"fusion": CPU_COMPILER_OPTIONS, "loop": CPU_LIGHT_OPTIONS}
 
 
@@ -116,8 +122,8 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
     Off the CPU, no options. `updates`: the work the program runs; by default
     what the spec's front says (`spec.engine.updates(spec)`; None there takes
     the light compile); a program shared by several sweeps (`run_many`) gives
-    theirs together. Then
-    `paired` and `share` follow from the emitters and the platform (see
+    theirs together. A front with `SERIAL_FUSIONS` gets `CPU_SERIAL_OPTIONS`
+    too. Then `paired` and `share` follow from the emitters and the platform (see
     `KernelForm`)."""
     platform = (list(devices) if devices is not None else jax.devices())[0].platform
     if compiler_options is not None:
@@ -128,6 +134,8 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
     else:
         emitters = _cpu_emitters(group, spec.engine.updates(spec) if updates is None else updates)
         options = _EMITTER_OPTIONS[emitters]
+        if getattr(spec.engine, "SERIAL_FUSIONS", False):
+            options = {**options, **CPU_SERIAL_OPTIONS}
     paired = emitters == "fusion"
     return KernelForm(platform=platform, emitters=emitters, paired=paired, share=paired and platform == "cpu",
                       unroll=UNROLL, xla_options=tuple(sorted(options.items(), key=lambda kv: kv[0])))
