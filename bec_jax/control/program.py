@@ -206,9 +206,17 @@ def outputs(carry, G: int, axes, keep_state: bool) -> dict:
     return out
 
 
-def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple) -> tuple:
+def episodes_done(sh: Shared, carries) -> jax.Array:
+    """Episodes logged so far over every run of every member (at most `episodes` a run)."""
+    return sum(jnp.minimum(c[1].episodes, sh.episodes).sum() for c in carries)
+
+
+def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple,
+         on_block: Callable | None = None) -> tuple:
     """Every run of every member (grids: one dict of (G,) grid columns per
-    member), block by block while some member has a live run (and steps remain)."""
+    member), block by block while some member has a live run (and steps remain).
+    `on_block(j, episodes)`, where given, is called on the host after every
+    `report_every(...)` blocks with the blocks done and `episodes_done`."""
     N = sh.seeds
     # Keys of the fused threefry (`bec_jax.threefry.IMPL`): the same numbers as
     # threefry keys, drawn as fused arithmetic also inside a task's own code.
@@ -223,32 +231,47 @@ def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple
         j, cs = state
         return (j < sh.max_blocks) & jnp.any(jnp.stack([live(sh, c) for c in cs]))
 
+    every = report_every(sh, sum(Gs) * N)
+
     def block(state):
         j, cs = state
         if len(members) == 1:  # one member: live whenever the loop runs
-            return j + 1, (member_block(sh, members[0], cols[0], run_keys[0], j, cs[0]),)
-        return j + 1, tuple(
-            jax.lax.cond(live(sh, c), partial(member_block, sh, m, cc, rk, j), lambda c: c, c)
-            for m, cc, rk, c in zip(members, cols, run_keys, cs))
+            cs = (member_block(sh, members[0], cols[0], run_keys[0], j, cs[0]),)
+        else:
+            cs = tuple(jax.lax.cond(live(sh, c), partial(member_block, sh, m, cc, rk, j), lambda c: c, c)
+                       for m, cc, rk, c in zip(members, cols, run_keys, cs))
+        if on_block is not None:
+            jax.lax.cond((j + 1) % every == 0, lambda: jax.debug.callback(on_block, j + 1, episodes_done(sh, cs)),
+                         lambda: None)
+        return j + 1, cs
 
     _, carries = jax.lax.while_loop(more, block, (jnp.int32(0), carries))
     return tuple(outputs(c, G, m.axes, keep_state) for c, G, m in zip(carries, Gs, members))
 
 
+def report_every(sh: Shared, runs_: int) -> int:
+    """Blocks between progress reports: about `REPORT_RUN_STEPS` run-steps."""
+    return max(1, REPORT_RUN_STEPS // max(1, runs_ * sh.block))
+
+
+REPORT_RUN_STEPS = 5_000_000  # run-steps between progress reports (a fraction of a second to seconds)
+
+
 def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_state: bool = False,
-                 group=None) -> Program:
+                 group=None, on_block: Callable | None = None) -> Program:
     """The program (`engine.programs.Program`) of sweeps that share a task, seeds
     and loop (`sizes`: each one's grid points per call, a multiple of the device
     count), jitted over the grid as every front's (`programs.jit_over_grid`):
     `fn(seed, grids)` takes one dict of grid columns (`grid_inputs`) per sweep
     and returns one dict of outputs per sweep, grid axis first. One sweep
-    (one size) gives a plain dict in and out; `group`: the record's (`engine.plan.Group`)."""
+    (one size) gives a plain dict in and out; `group`: the record's (`engine.plan.Group`);
+    `on_block`: progress reports (`runs`)."""
     sh = shared(specs)
     members = [member(s, sh.task) for s in specs]
     single = len(specs) == 1
 
     def program(seed, grids):  # the name XLA's module gets
-        out = runs(sh, members, keep_state, seed, (grids,) if single else tuple(grids))
+        out = runs(sh, members, keep_state, seed, (grids,) if single else tuple(grids), on_block)
         return out[0] if single else out
 
     devices = list(devices) if devices is not None else jax.devices()
@@ -256,5 +279,5 @@ def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_
     return Program(spec=specs[0], group=group, fn=jit_over_grid(program, mesh), chunk=sum(sizes), mesh=mesh)
 
 
-__all__ = ["Member", "Shared", "behaviour_columns", "grid_inputs", "init_member", "live", "make_program",
+__all__ = ["Member", "Shared", "behaviour_columns", "episodes_done", "report_every", "grid_inputs", "init_member", "live", "make_program",
            "member", "member_block", "outputs", "run_ok", "runs", "shared"]

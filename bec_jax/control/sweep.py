@@ -13,6 +13,8 @@ a chunk runs every seed of its points in one call.
 from __future__ import annotations
 
 import json
+import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -35,9 +37,52 @@ KIND = "control"
 STEP_COST = 100         # a control step's cost in prediction updates (`updates`)
 SERIAL_FUSIONS = True   # its programs are many small dependent steps (`tuning.CPU_SERIAL_OPTIONS`)
 SEGMENTS = False        # a chunk runs every seed of its points in one call
-BLOCK_PROGRESS = False  # a chunk reports when it ends
+BLOCK_PROGRESS = True   # a chunk reports its episodes every few blocks (`Progress`)
 STATE_COPIES = 4        # live copies of the learner state in a block (the scan's, the revert's)
 LOOP_BYTES = 256        # a run's loop state (task state, features, counters) and keys
+
+
+class Progress:
+    """A progress line (tqdm) in episodes logged over the chunks a run computes,
+    with the time left, advanced by the program every few blocks
+    (`control.program.runs`); shown once the run has taken 2 s. The interface
+    of `engine.execute.BlockProgress`, which `run_chunks` builds for a front
+    that names its own."""
+
+    def __init__(self, spec: ControlSpec, chunks_todo: int, chunks_total: int, local_shards: int = 1,
+                 show: bool = True, total: int | None = None):
+        from tqdm.auto import tqdm
+        per_point = spec.seeds * spec.episodes
+        self.chunk_total = total if total is not None else per_point * -(-spec.num_points // chunks_total)
+        self.shards, self.total_chunks = max(1, local_shards), chunks_total
+        self.bar = tqdm(total=self.chunk_total * chunks_todo, unit="episode", unit_scale=True, delay=2.0,
+                        file=sys.stderr, desc="[bec-jax] control", dynamic_ncols=True, leave=True, disable=not show)
+        self._base, self._seen = 0, {}
+        self._lock = threading.Lock()
+
+    def chunk(self, i: int) -> None:
+        """Names the chunk now running."""
+        self.bar.set_description(f"[bec-jax] control, chunk {i + 1}/{self.total_chunks}", refresh=False)
+
+    def __call__(self, j, episodes) -> None:
+        """Block j (1-based) has finished on one device with `episodes` logged there."""
+        with self._lock:
+            n, total = self._seen.get(int(j), (0, 0))
+            n, total = n + 1, total + int(episodes)
+            self._seen[int(j)] = (n, total)
+            if n == self.shards:
+                self.bar.update(max(0, self._base + total - self.bar.n))
+
+    def end_chunk(self) -> None:
+        """The chunk is done: the bar moves to its end (runs may stop short of their episodes)."""
+        with self._lock:
+            self._base += self.chunk_total
+            self._seen = {}
+            self.bar.update(max(0, self._base - self.bar.n))
+
+    def close(self) -> None:
+        """Closes the bar."""
+        self.bar.close()
 
 
 def sizes(spec: ControlSpec) -> memory.Sizes:
@@ -118,12 +163,12 @@ def chunk_grid(spec: ControlSpec, group, chunk) -> dict:
 def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on_block=None,
                  keep_state: bool = False, form=None) -> Program:
     """The program (`engine.programs.Program`) for chunks of `chunk` grid points
-    (`control.program.make_program` with this one sweep). `on_block` and `form`
-    are accepted for the engine's interface and ignored: a control chunk
-    reports when it ends, and runs its own loop. With `keep_state` it also
+    (`control.program.make_program` with this one sweep). `on_block`: progress
+    reports (a `Progress`); `form` is accepted for the engine's interface and
+    ignored (the options it names are given when compiling). With `keep_state` it also
     returns the final learner states ("state": a pytree of (chunk, seeds, ...)
     arrays)."""
-    return program.make_program([spec], [chunk], devices, keep_state, group)
+    return program.make_program([spec], [chunk], devices, keep_state, group, on_block)
 
 
 def assemble(spec: ControlSpec, groups, chunks, results: dict, meta: dict | None = None) -> ControlResult:
@@ -218,12 +263,18 @@ def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
             out[pack[0]] = run(specs[pack[0]], devices=devices, compiler_options=compiler_options,
                                progress=progress)
         else:
-            for i, r in zip(pack, _run_joint([specs[i] for i in pack], devices, compiler_options)):
+            for i, r in zip(pack, _run_joint([specs[i] for i in pack], devices, compiler_options, progress)):
                 out[i] = r
     return out
 
 
-def _run_joint(specs: list, devices, compiler_options: dict | None) -> list[ControlResult]:
+def _inputs(spec: ControlSpec, grids: tuple, placed) -> tuple:
+    """(seed, grids) placed as a joint program wants them."""
+    return (execute.place(np.uint32(spec.seed), placed[0]),
+            tuple({k: execute.place(v, placed[1]) for k, v in g.items()} for g in grids))
+
+
+def _run_joint(specs: list, devices, compiler_options: dict | None, progress: bool | None = False) -> list[ControlResult]:
     """Sweeps that `shared_programs` packed, run by one program."""
     for spec in specs:
         check_dtype(spec)
@@ -234,22 +285,27 @@ def _run_joint(specs: list, devices, compiler_options: dict | None) -> list[Cont
     form = tuning.choose_form(specs[0], devices, None, compiler_options, updates=sum(updates(s) for s in specs))
     memo = tuple(memo_key(s, g[0], n, devices, form, KIND) for s, g, n in zip(specs, groups, sizes_)) + ("joint",)
     t = time.perf_counter()
-    hit, made = memo_get(memo), 0
     grids = tuple(chunk_grid(s, g[0], c) for s, g, c in zip(specs, groups, chunks))
+    bar = None
+    if execute.want_block_progress(progress):  # a program with a callback is not kept (as run_chunks)
+        bar = Progress(specs[0], 1, 1, total=sum(s.num_points * s.seeds * s.episodes for s in specs),
+                       show=jax.process_index() == 0)
+    hit, made = (memo_get(memo) if bar is None else None), 0
     if hit is None:
-        prog = program.make_program(list(specs), sizes_, devices)
+        prog = program.make_program(list(specs), sizes_, devices, on_block=bar)
         placed = execute.placements(prog.mesh, devices[0])
-        args = (execute.place(np.uint32(specs[0].seed), placed[0]),
-                tuple({k: execute.place(v, placed[1]) for k, v in g.items()} for g in grids))
-        hit, made = (prog.fn.lower(*args).compile(form.compiler_options), placed), 1
-        memo_put(memo, hit)
-    else:
-        placed = hit[1]
-        args = (execute.place(np.uint32(specs[0].seed), placed[0]),
-                tuple({k: execute.place(v, placed[1]) for k, v in g.items()} for g in grids))
+        hit, made = (prog.fn.lower(*_inputs(specs[0], grids, placed)).compile(form.compiler_options), placed), 1
+        if bar is None:
+            memo_put(memo, hit)
+    args = _inputs(specs[0], grids, hit[1])
     compile_time = time.perf_counter() - t if made else 0.0
     t = time.perf_counter()
-    outs = jax.device_get(execute.call(hit[0], *args))
+    try:
+        outs = jax.device_get(execute.call(hit[0], *args))
+    finally:
+        if bar is not None:
+            bar.end_chunk()
+            bar.close()
     run_time = time.perf_counter() - t
     names, results = [s.algorithm for s in specs], []
     for m, (spec, g, c, part) in enumerate(zip(specs, groups, chunks, outs)):

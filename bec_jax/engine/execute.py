@@ -69,7 +69,7 @@ class BlockProgress:
         self.bar.close()
 
 
-def _want_block_progress(progress: bool | None) -> bool:
+def want_block_progress(progress: bool | None) -> bool:
     """Block progress is compiled in when asked for, or by default where someone
     watches: stderr a terminal and one JAX process (every process of a
     jax.distributed run must compile the same program)."""
@@ -457,10 +457,11 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     compile_time, t_run, shown, n_compiled = 0.0, 0.0, False, 0
     t_start = time.perf_counter()
     bar = None
-    if todo and engine.BLOCK_PROGRESS and not lay.segmented and _want_block_progress(progress):
+    if todo and engine.BLOCK_PROGRESS and not lay.segmented and want_block_progress(progress):
         local = [d for d in devices if d.process_index == jax.process_index()]
-        bar = BlockProgress(spec, len(todo), len(chunks), len(local) if len(devices) > 1 else 1,
-                            show=jax.process_index() == 0)
+        bar = getattr(engine, "Progress", BlockProgress)(spec, len(todo), len(chunks),
+                                                         len(local) if len(devices) > 1 else 1,
+                                                         show=jax.process_index() == 0)
     seg_line = _SegmentLine(progress, on_segment, t_start, len(todo), len(done), len(chunks))
     try:
         for n, i in enumerate(todo):
