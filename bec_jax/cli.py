@@ -240,12 +240,14 @@ def cmd_control(args) -> int:
           f"{result.episodes} episodes ({m['logged_steps']:,} steps) in {m['run_time_s']:.2f} s "
           f"(+ {m['compile_time_s']:.2f} s compile)")
     try:
-        b = result.best_index("length")
+        # By return, the objective on every task (on the built-in ones each step
+        # costs -1, so it also ranks by steps per episode; on CartPole more is better).
+        b = result.best_index("return")
         rec = result.summary()[b]
-        print(f"best by mean steps per episode: {result.point(b)}  {rec['auc_length']:.4g} "
-              f"[{rec['auc_length_ci_low'] or float('nan'):.4g}, {rec['auc_length_ci_high'] or float('nan'):.4g}] "
-              f"(95% CI) steps per episode; "
-              f"last 10% of episodes {rec['final_length']:.4g}")
+        ci = lambda k: f"[{rec[k + '_ci_low'] or float('nan'):.4g}, {rec[k + '_ci_high'] or float('nan'):.4g}]"
+        print(f"best by mean return per episode: {result.point(b)}  {rec['auc_return']:.4g} {ci('auc_return')} "
+              f"(95% CI); steps per episode {rec['auc_length']:.4g} {ci('auc_length')}; "
+              f"last 10% of episodes: return {rec['final_return']:.4g}, steps {rec['final_length']:.4g}")
     except ValueError as e:
         print(f"no best setting: {e}")
     print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
