@@ -540,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "fractions go beside the map")
     an.add_argument("--map", type=names_arg, metavar="X,Y",
                     help="the map's two axes (default: the first two options given several values)")
-    an.add_argument("--map-points", type=int_arg("map_points"), default=21, help="per axis (default 21)")
+    an.add_argument("--map-points", type=int_arg("map_points"), default=15, help="per axis (default 15)")
     an.set_defaults(func=cmd_analyze)
     return p
 
