@@ -173,7 +173,7 @@ def _dense(v: np.ndarray, log: bool, points: int) -> np.ndarray:
 
 
 def map_values(env_source: str, algorithm, hyper: dict, env_params: dict | None, axes: tuple[str, str],
-               sampler: str = "markov", points: int = 21) -> dict:
+               sampler: str = "markov", points: int = 15) -> dict:
     """Mean and mean-square radii on a `points` x `points` grid spanning the given
     values of the two `axes` (hyperparameters or environment parameters; log
     spaced when the values span a decade); every other value fixed at its first."""
@@ -197,7 +197,7 @@ def map_values(env_source: str, algorithm, hyper: dict, env_params: dict | None,
             vals = {**fixed, axes[0]: float(x), axes[1]: float(y)}
             ep = {k: vals[k] for k in env_params}
             hp = {k: vals[k] for k in alg.names if k in vals}
-            ms = mean_square.mean_square(envs.make(env_source, **ep), alg, hp, sampler)
+            ms = mean_square.mean_square(envs.make(env_source, **ep), alg, hp, sampler, stationary=False)
             mean[i, j], square[i, j] = ms.mean_radius, ms.radius
     return {"axes": list(axes), "x": xs.tolist(), "y": ys.tolist(), "log": [xlog, ylog], "fixed": fixed,
             "mean_radius": mean.tolist(), "mean_square_radius": square.tolist(), "sampler": sampler,
@@ -276,10 +276,10 @@ def stability_map(m: dict, path_dir: str, name: str = "stability_map", run: dict
         if k == 1:  # the theory panel's extent, so both show the same plane
             ax.set_xlim(panels[0].get_xlim())
             ax.set_ylim(panels[0].get_ylim())
-        ax.legend(handles=[Line2D([], [], color="k", ls="-", label="mean boundary"),
-                           Line2D([], [], color="k", ls="--", label="mean-square boundary")],
-                  loc="best", fontsize=8, framealpha=0.8)
-    fig.tight_layout()
+    fig.legend(handles=[Line2D([], [], color="k", ls="-", label="mean boundary (mean radius 1)"),
+                        Line2D([], [], color="k", ls="--", label="mean-square boundary (radius 1)")],
+               loc="lower center", ncol=2, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return plotting.save_figure(fig, path_dir, name)
 
 
@@ -304,7 +304,7 @@ def _json_default(x):
 
 
 def command(env: str, algorithm: str, hyper: dict, env_params: dict | None = None, sampler: str = "markov",
-            out: str | None = None, run_dir: str | None = None, axes: tuple | None = None, points: int = 21,
+            out: str | None = None, run_dir: str | None = None, axes: tuple | None = None, points: int = 15,
             tol: float = 1e-3) -> str:
     """What `bec-jax analyze` does: the table (returned, for printing) and, with
     `out`, the files of `write`. The map's axes default to the first two

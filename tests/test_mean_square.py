@@ -269,3 +269,25 @@ def test_analyze_overlays_a_runs_divergence(tmp_path, capsys):
     assert sim.keys() == verdict.keys()
     for p, f in sim.items():
         assert f == (1.0 if verdict[p] == "diverges in mean" else 0.0), (p, f, verdict[p])
+
+
+def test_readme_analyze_section_runs_as_pasted(capsys):
+    """The README's `bec-jax analyze` section: its Python block prints what its
+    comment says, and its command lines parse."""
+    import os
+    import re
+    import shlex
+
+    from bec_jax import cli
+    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
+    part = text[text.index("## Exact stability: `bec-jax analyze`"):]
+    part = part[:part.index("\n## ", 4)]
+    code = re.findall(r"```python\n(.*?)```", part, re.S)[0]
+    exec(compile(code, "README", "exec"), {})
+    want = re.search(r"^# (.*)$", code, re.M).group(1)
+    assert capsys.readouterr().out.strip() == want
+    lines = re.findall(r"```bash\n(.*?)```", part, re.S)[0].strip().splitlines()
+    assert [shlex.split(x)[1] for x in lines] == ["run", "analyze"]
+    args = cli.parse(shlex.split(lines[1])[1:])
+    assert args.command == "analyze" and args.run == "runs/baird-ctd" and args.hyper == {
+        "alpha": "0.001,0.01,0.03,0.1", "beta": "0.001,0.01,0.1"}
