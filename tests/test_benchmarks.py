@@ -150,6 +150,19 @@ def test_control_speed_script_smoke(tmp_path):
     assert b["wall_s"] > 0 and n["wall_s"] > 0 and "target < 30 s" in proc.stdout
 
 
+def test_control_engine_script_smoke(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.control_engine", "--smoke", "--out-dir", str(tmp_path)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads((tmp_path / "control_engine_smoke.json").read_text())
+    (row,) = d["rows"]
+    # Q, CQ, GQ and CGQ at the authors' setting, 2 seeds x 10 episodes, in one program.
+    assert row["runs"] == 8 and row["steps"] >= 8 * 10 and row["how"] == "one program per task"
+    assert set(row["last100"]) == {"q", "cq", "gq", "cgq"} and row["wall_s"] > row["compile_s"] > 0
+
+
 def test_roofline_script_smoke(tmp_path):
     out = _run(["-m", "benchmarks.roofline"], tmp_path)
     d = json.loads((tmp_path / "roofline_smoke.json").read_text())
