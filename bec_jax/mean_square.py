@@ -76,10 +76,11 @@ MARGINAL_TOL = 1e-9
 # Operators on symmetric matrices of at most this many dimensions are formed and
 # their eigenvalues computed by LAPACK; larger ones are applied matrix-free and
 # ARPACK's Arnoldi iteration finds the radius. Near radius 1 (small step sizes)
-# the top of the spectrum is clustered within ~1e-5 and Arnoldi needs about a
-# thousand products, so LAPACK is as fast up to about this size
-# (benchmarks/README.md).
-DENSE_MAX = 1000
+# the top of the spectrum is clustered within ~1e-5 and Arnoldi needs hundreds
+# to thousands of products; LAPACK's cubic cost overtakes that at a few hundred
+# dimensions (Boyan's CTDC, 468: LAPACK faster; Baird's, 735: Arnoldi faster;
+# benchmarks/README.md).
+DENSE_MAX = 500
 # The stationary moments solve (I - T) Z = C: densely (LU) up to this many
 # dimensions, where GMRES would need about 1 / (1 - radius) iterations.
 STATIONARY_DENSE_MAX = 4000
