@@ -587,3 +587,32 @@ def mean_square_comparison(results: dict, long: bool = True, cap: int = LONG_CAP
         s[p["outcome"]] += 1
         s[p["predicted"]] += 1
     return {"points": pts, "summary": summary, "long_runs": long_runs, "long_seeds": seeds, "cap": cap}
+
+
+def stationary_check(env_name: str, points: list[tuple[str, dict]], seeds: int = 200, cap: int = 200_000,
+                     seed: int = 3) -> list[dict]:
+    """The stationary RMSCBE at constant step sizes, sqrt(E[RMSCBE^2]) from the
+    exact stationary moments (`mean_square.stationary_metric`), against runs of
+    `seeds` fresh seeds for three times the steps the RMS needs to shrink by 1e-3
+    (at least 2000, at most `cap`): the root of the seeds' mean squared final
+    RMSCBE with its 95% interval (Student t on the squares)."""
+    from bec_jax import metrics, stats
+    env = envs.make(env_name)
+    M = metrics.metric(env, "rmscbe")
+    out = []
+    for alg, hp in points:
+        a = algorithms.get(alg)
+        ms = mean_square.mean_square(env, alg, hp)
+        pred = mean_square.stationary_metric(ms, np.asarray(M.R), np.asarray(M.h),
+                                             analysis.state_layout(env, alg)[a.weights])
+        rec = {"env": env_name, "algorithm": alg, "point": dict(hp), "predicted": pred, "verdict": ms.label}
+        if pred is not None:
+            steps = int(min(cap, max(2000, 3 * ms.steps_to_tol)))
+            steps = -(-steps // 100) * 100
+            r = sweep.run(SweepSpec(env=env_name, algorithm=alg, points=(dict(hp),), seeds=seeds, steps=steps,
+                                    log_every=steps // 10, metrics=("rmscbe",), seed=seed))
+            m, lo, hi = stats.t_interval(np.asarray(r.final[0, 0], np.float64) ** 2)
+            rec.update(steps=steps, seeds=seeds, simulated=math.sqrt(m), low=math.sqrt(max(lo, 0.0)),
+                       high=math.sqrt(hi), within=bool(lo <= pred ** 2 <= hi), diverged=float(r.diverged_fraction[0]))
+        out.append(rec)
+    return out
