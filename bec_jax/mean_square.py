@@ -71,7 +71,9 @@ SAMPLERS = ("markov", "iid")
 # it below this times the largest |A(Y)| (rounding of float64 products).
 NEUTRAL_TOL = 1e-10
 # A radius within this of 1 is marginal: a mode that neither grows nor decays
-# (rounding of an eigenvalue that is 1 in exact arithmetic).
+# exponentially (an eigenvalue that is 1 in exact arithmetic: a direction of the
+# fixpoint set that some samples move, e.g. the constant of tabular features in an
+# episodic task), counted as stable, as `verdicts.exact` counts neutral modes.
 MARGINAL_TOL = 1e-9
 # Operators on symmetric matrices of at most this many dimensions are formed and
 # their eigenvalues computed by LAPACK; larger ones are applied matrix-free and
@@ -175,17 +177,21 @@ class MeanSquare(NamedTuple):
 
     Attributes:
       sampler: "markov" or "iid".
-      bounded: the second moment stays bounded (radius < 1 - MARGINAL_TOL).
+      bounded: the second moment does not grow exponentially (radius <= 1 +
+        MARGINAL_TOL; see `marginal`).
       radius: spectral radius of the second-moment operator.
       rate: log(radius) / 2, the RMS's per-step rate.
-      mean_stable: the mean converges (mean_radius < 1 - MARGINAL_TOL).
+      mean_stable: the mean does not grow (mean_radius <= 1 + MARGINAL_TOL).
+      marginal: a radius is within MARGINAL_TOL of 1: a mode that neither grows
+        nor decays exponentially (along it the second moment may still grow
+        polynomially, a random walk); no stationary moments then.
       mean_radius: spectral radius of the first-moment operator.
       mean_rate: log(mean_radius).
       neutral: directions every sample leaves unchanged (factored out).
       steps_to_tol: steps for the RMS to shrink by `tol`: log(tol) / rate; inf
         unless bounded.
       tol: that factor.
-      stationary: `Stationary` moments where bounded (None otherwise).
+      stationary: `Stationary` moments where radius < 1 - MARGINAL_TOL (else None).
       basis: (n, n - neutral) orthonormal basis of the directions analysed.
       method: "dense" or "arnoldi", how the radius was computed.
     """
@@ -203,6 +209,7 @@ class MeanSquare(NamedTuple):
     stationary: Stationary | None
     basis: np.ndarray
     method: str
+    marginal: bool = False
 
     @property
     def label(self) -> str:
@@ -453,12 +460,14 @@ def analyse(system: JumpSystem, sampler: str = "markov", tol: float = 1e-3,
     red = _reduced(system, V)
     radius, how = _radius(red, method)
     mean_radius = float(np.abs(np.linalg.eigvals(red.first_moment_matrix())).max(initial=0.0))
-    bounded = radius < 1.0 - MARGINAL_TOL
+    decays = radius < 1.0 - MARGINAL_TOL
+    marginal = abs(radius - 1.0) <= MARGINAL_TOL or abs(mean_radius - 1.0) <= MARGINAL_TOL
     rate = 0.5 * _log(radius)
-    steps = math.log(tol) / rate if bounded and rate < 0 else (0.0 if bounded else math.inf)
-    stat = _stationary(red, V) if bounded and stationary else None
-    return MeanSquare(sampler, bool(bounded), radius, rate, bool(mean_radius < 1.0 - MARGINAL_TOL),
-                      mean_radius, _log(mean_radius), N.shape[1], steps, tol, stat, V, how)
+    steps = (math.log(tol) / rate if rate < 0 else 0.0) if decays else math.inf
+    stat = _stationary(red, V) if decays and stationary else None
+    return MeanSquare(sampler, bool(radius <= 1.0 + MARGINAL_TOL), radius, rate,
+                      bool(mean_radius <= 1.0 + MARGINAL_TOL), mean_radius, _log(mean_radius), N.shape[1], steps,
+                      tol, stat, V, how, bool(marginal))
 
 
 def mean_square(env: FiniteMDP, alg, hyperparameters: dict, sampler: str = "markov",

@@ -291,3 +291,16 @@ def test_readme_analyze_section_runs_as_pasted(capsys):
     args = cli.parse(shlex.split(lines[1])[1:])
     assert args.command == "analyze" and args.run == "runs/baird-ctd" and args.hyper == {
         "alpha": "0.001,0.01,0.03,0.1", "beta": "0.001,0.01,0.1"}
+
+
+def test_marginal_modes_count_as_stable():
+    """Tabular CTD on the episodic random walk: the constant is a direction of the
+    fixpoint set that terminal transitions move, so both radii are 1 up to rounding
+    (not a common neutral direction, not growth): marginal, stable, no stationary
+    moments."""
+    from bec_jax import envs
+    ms = msq.mean_square(envs.make("random_walk", features="tabular"), "ctd", {"alpha": 0.5, "beta": 0.5})
+    assert ms.neutral == 0 and ms.marginal
+    assert abs(ms.mean_radius - 1) < 1e-12 and abs(ms.radius - 1) < 1e-12
+    assert ms.mean_stable and ms.bounded and ms.label == "stable in mean square"
+    assert ms.stationary is None and ms.steps_to_tol == np.inf
