@@ -813,17 +813,35 @@ def mean_square_markdown(rows, ms_cmp: dict | None) -> str:
                  f"{v['diverges in mean']} | {v['agree']} | {v['beyond the horizon']} | {v['disagree']} | "
                  + (f"{lr['points']} points x {lr['seeds']} seeds x {lr['steps']} steps" if lr else "-") + " |")
     s.append("")
-    odd = [p for p in ms_cmp["points"] if p["outcome"] != "agree"]
+    slow: dict = {}
+    for p in ms_cmp["points"]:
+        if p["outcome"] == "beyond the horizon":
+            slow.setdefault(f"{p['env']} {p['algorithm'].upper()}", []).append(p)
+    if slow:
+        s.append("Beyond the horizon (growth predicted, too slow to pass the bound in the longest run):\n")
+        for key, ps in slow.items():
+            rates = [p["rate"] for p in ps]
+            need = [p["steps_needed"] for p in ps]
+            med = [p["long_final_rmscbe_median"] for p in ps if "long_final_rmscbe_median" in p]
+            ran = max(p.get("long_steps", p["steps"]) for p in ps)
+            s.append(f"- {key}: {len(ps)} points, {ps[0]['predicted']} at {min(rates):+.2e} to {max(rates):+.2e} per "
+                     f"step, needing {min(need):.3g} to {max(need):.3g} steps; run for {ran} steps (a predicted "
+                     f"growth of the slow mode by {np.exp(min(rates) * ran):.3g} to {np.exp(max(rates) * ran):.3g}), "
+                     "none passed the bound"
+                     + (f" (the seeds' median final RMSCBE {min(med):.3g} to {max(med):.3g}, from "
+                        f"{ps[0]['long_initial_rmscbe']:.3g})" if med else ""))
+        s.append("")
+    odd = [p for p in ms_cmp["points"] if p["outcome"] == "disagree"]
     if odd:
-        s.append("Not agreeing, with the reason:\n")
-        for p in odd[:40]:
+        s.append("Disagreements, each with its reason:\n")
+        for p in odd:
             pt = ", ".join(f"{k} {v:g}" for k, v in p["point"].items())
             s.append(f"- {p['env']} {p['algorithm'].upper()} ({pt}): predicted {p['predicted']}, "
                      f"{p.get('long_diverged', p['diverged']):.0%} diverged in {p.get('long_steps', p['steps'])} "
-                     f"steps ({p['outcome']}): {_explain(p)}")
-        if len(odd) > 40:
-            s.append(f"- ... {len(odd) - 40} more in report.json (mean_square_comparison)")
+                     f"steps: {_explain(p)}")
         s.append("")
+    else:
+        s.append("No disagreement.\n")
     st = [x for x in ms_cmp.get("stationary", []) if x.get("simulated") is not None]
     if st:
         s.append("### The stationary error at constant step sizes\n")

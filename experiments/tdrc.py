@@ -31,7 +31,7 @@ import os
 
 import numpy as np
 
-from bec_jax import analysis, envs, plotting, sweep
+from bec_jax import algorithms, analysis, envs, mean_square, plotting, sweep
 from bec_jax.experiments.reproduction import Reproduction, is_output, sweep_threads
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
@@ -220,8 +220,9 @@ SUITE_METHODS = {"td": ("td", {}), "tdc": ("tdrc", {"reg": 0.0}), "gtd2": ("gtd2
 _TOL = 1e-9
 
 
-def suite_stability() -> dict:
-    """{"slow" | "full": {task: {method: largest real part of the eigenvalues}}}
+def suite_stability(mean_square_limits: bool = True) -> dict:
+    """{"slow" | "full": {task: {method: largest real part of the eigenvalues}},
+    "mean_square": {task: {method: `_step_limits`}} (empty without `mean_square_limits`)}
     from the exact expected update of each method:
       full: the whole recursion at one time scale, every step size 1 (eta = 1:
             how TDC, GTD2 and TDRC run in Ghiassian et al.'s code);
@@ -229,7 +230,7 @@ def suite_stability() -> dict:
             convergence proofs; `analysis.slow_ode_matrix`).
     > 0: the method diverges for small step sizes; 0 (|x| < 1e-9): a direction of
     fixpoints (a singular A); < 0: stable."""
-    out = {"slow": {}, "full": {}}
+    out = {"slow": {}, "full": {}, "mean_square": {}}
     for task, (source, params) in SUITE_TASKS.items():
         env = envs.make(source, **params)
         slow, full = {}, {}
@@ -240,7 +241,67 @@ def suite_stability() -> dict:
             except ValueError:
                 slow[key] = None
         out["slow"][task], out["full"][task] = slow, full
+        if mean_square_limits:  # a few hundred exact analyses: left out of --quick
+            out["mean_square"][task] = {key: _step_limits(env, alg, hp, full[key])
+                                        for key, (alg, hp) in SUITE_METHODS.items()}
     return out
+
+
+# The halving ladder of step sizes the mean-square limits are read on: 1, 1/2, ..., 1/1024.
+MS_LADDER = tuple(2.0 ** -k for k in range(11))
+
+
+def _step_limits(env, alg: str, hp: dict, full_max_real: float) -> dict | None:
+    """{"mean": a, "mean_square": a}: the largest alpha of `MS_LADDER` (every step
+    size alpha, eta = 1, Markov sampling) at which the recursion is stable in the
+    mean and in mean square (`mean_square.mean_square`), found by bisection on
+    the ladder (stability is taken to be monotone in alpha; checked at both ends);
+    None where no ladder step is stable. None for a trace method (not analysed).
+    A method whose ODE is unstable (`full_max_real` > 0) is unstable at every
+    small step and is not analysed either."""
+    a = algorithms.get(alg)
+    if a.traces:
+        return None
+    if full_max_real > 0:
+        return {"mean": None, "mean_square": None}
+    memo = {}
+
+    def stable(i: int) -> tuple[bool, bool]:
+        if i not in memo:
+            point = {**hp, **{n: MS_LADDER[i] for n in a.step_sizes}}
+            ms = mean_square.mean_square(env, a, point, "markov", stationary=False)
+            memo[i] = (ms.mean_stable, ms.bounded)
+        return memo[i]
+
+    def largest(which: int) -> float | None:
+        lo, hi = len(MS_LADDER) - 1, 0          # indices: lo the smallest step, hi the largest
+        if not stable(lo)[which]:
+            return None
+        if stable(hi)[which]:
+            return MS_LADDER[hi]
+        while lo - hi > 1:                      # stable at lo, unstable at hi
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if stable(mid)[which] else (lo, mid)
+        return MS_LADDER[lo]
+    return {"mean": largest(0), "mean_square": largest(1)}
+
+
+def mean_square_markdown(limits: dict) -> str:
+    """One table (rows: tasks, columns: methods) of the largest stable step sizes
+    in the mean / in mean square (`_step_limits`)."""
+    keys = list(SUITE_METHODS)
+    head = "| task | " + " | ".join(METHODS[k][2] for k in keys) + " |\n|---|" + "---|" * len(keys) + "\n"
+
+    def ladder(v):
+        return "none" if v is None else ("1" if v == 1 else f"1/{round(1 / v)}")
+
+    def cell(v):
+        if v is None:
+            return "n/a (trace)"
+        if v["mean"] == v["mean_square"]:
+            return ladder(v["mean"])
+        return f"{ladder(v['mean'])} / **{ladder(v['mean_square'])}**"
+    return head + "".join(f"| {t} | " + " | ".join(cell(row[k]) for k in keys) + " |\n" for t, row in limits.items())
 
 
 def _clip(v: float) -> float:
@@ -425,6 +486,12 @@ def report_markdown(results, rows, stab, tab_fix, two_state, timing, quick) -> s
     s.append("\n**Two time scales** (the faster recursions equilibrated, as the convergence proofs assume; "
              "`analysis.slow_ode_matrix`):\n")
     s.append(stability_markdown(stab["slow"]))
+    s.append("\n**Mean square** (the sampled recursion, not only its mean: `bec_jax.mean_square` under Markov "
+             "sampling, every step size alpha, eta = 1): the largest alpha on the ladder 1, 1/2, ..., 1/1024 at "
+             "which the mean converges / the second moment stays bounded; one number where the two agree, "
+             "'none' where the method's ODE is unstable or no ladder step is stable. Where the second number is "
+             "smaller, the step sizes between the two give runs whose mean converges while their spread grows.\n")
+    s.append(mean_square_markdown(stab["mean_square"]) if stab["mean_square"] else "(not computed in --quick)\n")
     unstable = {kind: [t for t, row in stab[kind].items() if row["cetd"] is not None and row["cetd"] > 0]
                 for kind in ("full", "slow")}
     s.append(f"\nCentered ETD is unstable on: {', '.join(unstable['full']) or 'none of these tasks'} (one time "
@@ -463,7 +530,8 @@ def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = Fals
     """Runs the suite and writes figures, table, stability table and report to `out_dir`."""
     run = Reproduction(KIND, out_dir, quick, log)
     with sweep_threads() as pool:
-        side = pool.submit(lambda: (tabular_centered_fixpoint(quick), tdrc_on_two_state(quick), suite_stability()))
+        side = pool.submit(lambda: (tabular_centered_fixpoint(quick), tdrc_on_two_state(quick),
+                                    suite_stability(mean_square_limits=not quick)))
         results = run_all(quick, log, pool)
         tab_fix, two_state, stab = side.result()
     rows = table_rows(results)
@@ -472,7 +540,10 @@ def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = Fals
     timing = run.timing([r.meta for r in _unique(results)] + [tab_fix, two_state])
     run.write_table(rows, table_markdown(rows))
     run.write_text("suite_stability.md", "# One time scale\n\n" + stability_markdown(stab["full"])
-                   + "\n# Two time scales\n\n" + stability_markdown(stab["slow"]))
+                   + "\n# Two time scales\n\n" + stability_markdown(stab["slow"])
+                   + "\n# Mean square: largest stable alpha, mean / mean square\n\n"
+                   + (mean_square_markdown(stab["mean_square"]) if stab["mean_square"]
+                      else "(not computed in --quick)\n"))
     report = report_markdown(results, rows, stab, tab_fix, two_state, timing, quick)
     records = {"table": rows, "suite_stability": stab, "tabular_centered_fixpoint": tab_fix,
                "tdrc_on_two_state": two_state,
