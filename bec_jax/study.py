@@ -225,18 +225,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     if part is not None:
         return _run_part(study, out, runner.parse_part(part), old, resume, overwrite, confirm_seeds, stop, log,
                          run_kwargs)
-    if study is None:
-        if not resume or old is None:
-            raise runner.RunError(f"resume: {out!r} holds no study (no study.json); give the study file")
-        study = old
-    if confirm_seeds:
-        _check_confirmable(study)
-    if resume:
-        if old is not None and old.to_dict() != study.to_dict():
-            raise runner.RunError(f"study: differs from the study in {out!r}; resume with the same file or "
-                                  "start over with --overwrite")
-        if old is None and os.path.isdir(out) and os.listdir(out):
-            raise runner.RunError(f"resume: {out!r} holds no study (no study.json) and is not empty")
+    study = _resolve(study, out, old, resume, confirm_seeds)
     writer = runner.is_writer()  # under jax.distributed, process 0 writes
     if writer:
         runner.prepare_out_dir(out, overwrite, allow=lambda d: resume)
@@ -281,19 +270,41 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
         else:
             r = runner.run_to_dir(spec, path, overwrite=not partial[name], resume=partial[name], stop=stop,
                                   **run_kwargs)
-        m = r.meta
-        if name in together and name != together[name][0]:
-            how = f"in {together[name][0]}'s program"
-        else:
-            how = f"in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile)"
-        log(f"{name}: {_describe(spec)} {how}" + (f", {m['resumed_chunks']} chunks resumed"
-                                                   if m.get("resumed_chunks") else ""))
+        log(_ran_line(name, spec, r.meta, together))
         if confirm_seeds:
             log(f"  {runner.confirm_line(runner.confirm(r, path, confirm_seeds), path)}")
         status[name] = "done"
         record()
         results[name] = r
     return results
+
+
+def _resolve(study: Study | None, out: str, old: Study | None, resume: bool, confirm_seeds) -> Study:
+    """The study `run` runs: the one given, or (resuming, none given) the one
+    saved in `out`; a resumed one must be the saved one."""
+    if study is None:
+        if not resume or old is None:
+            raise runner.RunError(f"resume: {out!r} holds no study (no study.json); give the study file")
+        study = old
+    if confirm_seeds:
+        _check_confirmable(study)
+    if resume:
+        if old is not None and old.to_dict() != study.to_dict():
+            raise runner.RunError(f"study: differs from the study in {out!r}; resume with the same file or "
+                                  "start over with --overwrite")
+        if old is None and os.path.isdir(out) and os.listdir(out):
+            raise runner.RunError(f"resume: {out!r} holds no study (no study.json) and is not empty")
+    return study
+
+
+def _ran_line(name: str, spec, m: dict, together: dict) -> str:
+    """The log line of a sweep `run` finished: what it was and what it cost."""
+    if name in together and name != together[name][0]:
+        how = f"in {together[name][0]}'s program"
+    else:
+        how = f"in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile)"
+    return f"{name}: {_describe(spec)} {how}" + (f", {m['resumed_chunks']} chunks resumed"
+                                                 if m.get("resumed_chunks") else "")
 
 
 def _describe(spec) -> str:

@@ -468,6 +468,19 @@ def _gymnax_env_id(env_id: str) -> str:
     return env_id
 
 
+def _box(env, env_params, low, high) -> tuple[int, np.ndarray, np.ndarray]:
+    """(D, low, high): the flattened observation's size and the box a feature
+    map covers, `low`/`high` where given, else the observation space's bounds."""
+    obs0, _ = jax.eval_shape(env.reset_env, jax.random.key(0), env_params)
+    dims = int(np.prod(obs0.shape))
+    obs_space = env.observation_space(env_params)
+    space_low = np.broadcast_to(np.asarray(getattr(obs_space, "low", -np.inf), np.float64), obs0.shape).ravel()
+    space_high = np.broadcast_to(np.asarray(getattr(obs_space, "high", np.inf), np.float64), obs0.shape).ravel()
+    lo = space_low if low is None else feature_maps.vector("low", low, dims)
+    hi = space_high if high is None else feature_maps.vector("high", high, dims)
+    return dims, lo, hi
+
+
 def gymnax_task(env_id: str, *, features="tiles", gamma=GAMMA, max_episode_steps=None, low=None, high=None,
                 **feature_params) -> ControlEnv:
     """Any gymnax environment with discrete actions as a task (`--task
@@ -513,13 +526,7 @@ def gymnax_task(env_id: str, *, features="tiles", gamma=GAMMA, max_episode_steps
         max_episode_steps = int(limit)
     cap = _positive_int("max_episode_steps", max_episode_steps)
 
-    obs0, _ = jax.eval_shape(env.reset_env, jax.random.key(0), env_params)
-    dims = int(np.prod(obs0.shape))
-    obs_space = env.observation_space(env_params)
-    space_low = np.broadcast_to(np.asarray(getattr(obs_space, "low", -np.inf), np.float64), obs0.shape).ravel()
-    space_high = np.broadcast_to(np.asarray(getattr(obs_space, "high", np.inf), np.float64), obs0.shape).ravel()
-    lo = space_low if low is None else feature_maps.vector("low", low, dims)
-    hi = space_high if high is None else feature_maps.vector("high", high, dims)
+    dims, lo, hi = _box(env, env_params, low, high)
     if not isinstance(features, str):
         raise ValueError(f"features: a feature map's kind or package.module:function, got {features!r}")
     fm = feature_maps.make(features, lo, hi, num_actions, **feature_params)
