@@ -755,28 +755,6 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=N
     return "\n".join(s)
 
 
-def _explain(p: dict) -> str:
-    """Why a grid point's run and its mean-square prediction differ."""
-    steps = p.get("long_steps", p["steps"])
-    frac = p.get("long_diverged", p["diverged"])
-    if p["predicted"] == "stable in mean square":
-        return ("the second moment is bounded, yet seeds left the bound: a transient (the iterates grow before "
-                "they contract; the radius says nothing of the first steps)")
-    if p["outcome"] == "beyond the horizon":
-        return (f"growth at {p['rate']:+.2e} per step needs ~{p['steps_needed']:.3g} steps to pass the bound; "
-                f"the longest run had {steps}")
-    if p["predicted"] == "diverges in mean":
-        return (f"{frac:.0%} of the seeds passed the bound in {steps} steps where ~{p['steps_needed']:.3g} are "
-                "needed on average: the seeds scatter around the mean's growth, the slowest still below the bound")
-    seen = ""
-    if "long_final_rmscbe_median" in p:
-        seen = (f" (here the seeds' RMSCBE went from {p['long_initial_rmscbe']:.3g} to a median of "
-                f"{p['long_final_rmscbe_median']:.3g}, largest {p['long_final_rmscbe_max']:.3g})")
-    return ("the second moment grows, but no seed passed the bound: the RMS is carried by rare large excursions, "
-            "and a typical seed follows the almost-sure rate (the top Lyapunov exponent, at most the RMS rate), "
-            "which can be negative" + seen)
-
-
 def mean_square_markdown(rows, ms_cmp: dict | None) -> str:
     """The report's mean-square section: the chosen points that are not stable in
     mean square, and the comparison of every grid point's prediction with its run."""
@@ -799,49 +777,7 @@ def mean_square_markdown(rows, ms_cmp: dict | None) -> str:
     if not ms_cmp:
         return "\n".join(s)
     s.append("### Predicted against simulated, every grid point\n")
-    s.append("Each grid point's verdict from the exact analysis against its run's fraction of diverged seeds. "
-             "*agree*: stable in mean square and no seed diverged; diverges in mean and every seed passed the bound; "
-             "variance grows and some seed did. A predicted growth too slow to pass the bound within the run "
-             f"is run again with {ms_cmp['long_seeds']} fresh seeds for twice the steps its rate needs (at most "
-             f"{ms_cmp['cap']}); *beyond the horizon*: still too slow to see. Disagreements of the paper's runs "
-             "are run again the same way and judged on that run.\n")
-    s.append("| task | points | stable in mean square | mean stable, variance grows | diverges in mean "
-             "| agree | beyond the horizon | disagree | long re-run |\n|---|---|---|---|---|---|---|---|---|")
-    for key, v in ms_cmp["summary"].items():
-        lr = ms_cmp["long_runs"].get(key)
-        s.append(f"| {key} | {v['points']} | {v['stable in mean square']} | {v['mean stable, variance grows']} | "
-                 f"{v['diverges in mean']} | {v['agree']} | {v['beyond the horizon']} | {v['disagree']} | "
-                 + (f"{lr['points']} points x {lr['seeds']} seeds x {lr['steps']} steps" if lr else "-") + " |")
-    s.append("")
-    slow: dict = {}
-    for p in ms_cmp["points"]:
-        if p["outcome"] == "beyond the horizon":
-            slow.setdefault(f"{p['env']} {p['algorithm'].upper()}", []).append(p)
-    if slow:
-        s.append("Beyond the horizon (growth predicted, too slow to pass the bound in the longest run):\n")
-        for key, ps in slow.items():
-            rates = [p["rate"] for p in ps]
-            need = [p["steps_needed"] for p in ps]
-            med = [p["long_final_rmscbe_median"] for p in ps if "long_final_rmscbe_median" in p]
-            ran = max(p.get("long_steps", p["steps"]) for p in ps)
-            s.append(f"- {key}: {len(ps)} points, {ps[0]['predicted']} at {min(rates):+.2e} to {max(rates):+.2e} per "
-                     f"step, needing {min(need):.3g} to {max(need):.3g} steps; run for {ran} steps (a predicted "
-                     f"growth of the slow mode by {np.exp(min(rates) * ran):.3g} to {np.exp(max(rates) * ran):.3g}), "
-                     "none passed the bound"
-                     + (f" (the seeds' median final RMSCBE {min(med):.3g} to {max(med):.3g}, from "
-                        f"{ps[0]['long_initial_rmscbe']:.3g})" if med else ""))
-        s.append("")
-    odd = [p for p in ms_cmp["points"] if p["outcome"] == "disagree"]
-    if odd:
-        s.append("Disagreements, each with its reason:\n")
-        for p in odd:
-            pt = ", ".join(f"{k} {v:g}" for k, v in p["point"].items())
-            s.append(f"- {p['env']} {p['algorithm'].upper()} ({pt}): predicted {p['predicted']}, "
-                     f"{p.get('long_diverged', p['diverged']):.0%} diverged in {p.get('long_steps', p['steps'])} "
-                     f"steps: {_explain(p)}")
-        s.append("")
-    else:
-        s.append("No disagreement.\n")
+    s.append(theory.comparison_markdown(ms_cmp))
     st = [x for x in ms_cmp.get("stationary", []) if x.get("simulated") is not None]
     if st:
         s.append("### The stationary error at constant step sizes\n")

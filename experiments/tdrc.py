@@ -32,6 +32,7 @@ import os
 import numpy as np
 
 from bec_jax import algorithms, analysis, envs, mean_square, plotting, sweep
+from bec_jax.experiments import theory
 from bec_jax.experiments.reproduction import Reproduction, is_output, sweep_threads
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
@@ -535,6 +536,10 @@ def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = Fals
         results = run_all(quick, log, pool)
         tab_fix, two_state, stab = side.result()
     rows = table_rows(results)
+    ms_cmp = theory.mean_square_comparison(results, cap=20_000 if quick else theory.LONG_CAP,
+                                           seeds=5 if quick else theory.LONG_SEEDS)
+    log(f"  mean square: {len(ms_cmp['points'])} grid points analysed, "
+        f"{sum(v['points'] for v in ms_cmp['long_runs'].values())} run again")
     run.save_figures({"tdrc_curves": curves_figure(results), "tdrc_sensitivity": sensitivity_figure(results),
                       "tdrc_bars": bars_figure(rows)})
     timing = run.timing([r.meta for r in _unique(results)] + [tab_fix, two_state])
@@ -545,7 +550,11 @@ def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = Fals
                    + (mean_square_markdown(stab["mean_square"]) if stab["mean_square"]
                       else "(not computed in --quick)\n"))
     report = report_markdown(results, rows, stab, tab_fix, two_state, timing, quick)
+    report += ("\n## Mean-square stability against the runs\n\n"
+               "Every grid point of every problem: the exact mean-square analysis (`bec_jax.mean_square`, Markov "
+               "sampling) against the run.\n\n" + theory.comparison_markdown(ms_cmp))
     records = {"table": rows, "suite_stability": stab, "tabular_centered_fixpoint": tab_fix,
+               "mean_square_comparison": ms_cmp,
                "tdrc_on_two_state": two_state,
                "specs": {p: {k: r.spec_dict for k, r in by.items()} for p, by in results.items()}}
     return run.finish(report, timing, records, table_markdown(rows))

@@ -523,58 +523,96 @@ def classify(label: str, needed: float, steps: int, fraction: float) -> str:
     return "agree" if fraction > 0 else "disagree"
 
 
-def mean_square_grid(r, env=None) -> list:
-    """`mean_square.MeanSquare` of every grid point of a sweep result, under its sampler."""
-    env = env if env is not None else envs.make(r.env, **(r.spec_dict.get("env_params") or {}))
+def _env_params(r, i: int) -> dict:
+    """The environment parameters of grid point i of a sweep result."""
+    given = r.spec_dict.get("env_params") or {}
+    p = r.point(i)
+    out = {}
+    for n, values in given.items():
+        if n in p:
+            v = p[n]
+            # A grid column of integers comes back as floats; the factory wants the spec's type.
+            ints = isinstance(values, (list, tuple)) and all(isinstance(x, int) for x in values)
+            out[n] = int(v) if ints and isinstance(v, float) and v.is_integer() else v
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _env_of(source: str, params: tuple):
+    return envs.make(source, **dict(params))
+
+
+def mean_square_grid(r) -> list:
+    """`mean_square.MeanSquare` of every grid point of a sweep result, under its
+    sampler (None for a trace method, which the analysis does not cover)."""
+    alg = algorithms.get(r.algorithm)
+    if alg.traces:
+        return [None] * r.num_points
     sampler = r.spec_dict.get("sampler", "markov")
-    return [mean_square.mean_square(env, r.algorithm, {n: r.point(i)[n] for n in algorithms.get(r.algorithm).names},
-                                    sampler, stationary=False) for i in range(r.num_points)]
+    out = []
+    for i in range(r.num_points):
+        env = _env_of(r.env, tuple(sorted(_env_params(r, i).items())))
+        p = r.point(i)
+        out.append(mean_square.mean_square(env, alg, {n: p[n] for n in alg.names if n in p}, sampler,
+                                           stationary=False))
+    return out
 
 
 def mean_square_comparison(results: dict, long: bool = True, cap: int = LONG_CAP, seeds: int = LONG_SEEDS) -> dict:
-    """Every grid point of `results` ({env: {alg: SweepResult}}): the predicted
+    """Every grid point of `results` ({task: {method: SweepResult}}): the predicted
     verdict (`mean_square`, the run's sampler) against the run's diverged
     fraction. With `long`, the points whose predicted growth is too slow to see
     in the run, and the disagreements, are run again (fresh seeds, same
     sampler) for as many steps as the rate needs, up to `cap`, and classified
-    on that run. Returns {"points": [...], "summary": {...}, "long_runs": {...}}."""
-    pts, again = [], {}
-    for env_name, by in results.items():
-        for alg, r in by.items():
-            env = envs.make(r.env)
+    on that run. Trace methods are left out (counted as not analysed).
+    Returns {"points": [...], "summary": {...}, "long_runs": {...}, ...}."""
+    pts, again, skipped = [], {}, {}
+    for task, by in results.items():
+        for method, r in by.items():
             bound = float(r.spec_dict.get("divergence_bound", 1e6))
-            scale = _state_scale(env)
-            mss = mean_square_grid(r, env)
+            mss = mean_square_grid(r)
             for i, ms in enumerate(mss):
+                if ms is None:
+                    skipped[f"{task}/{method}"] = skipped.get(f"{task}/{method}", 0) + 1
+                    continue
+                ep = _env_params(r, i)
+                scale = _state_scale(_env_of(r.env, tuple(sorted(ep.items()))))
                 label, rate = predicted(ms)
                 needed = steps_to_see(rate, scale, bound) if label != "stable in mean square" else math.inf
                 steps = int(r.steps[-1])
                 frac = float(r.diverged_fraction[i])
-                rec = {"env": env_name, "algorithm": alg, "point": {k: float(v) for k, v in r.point(i).items()},
+                rec = {"env": task, "algorithm": method, "source": r.env, "env_params": ep,
+                       "point": {k: float(v) for k, v in r.point(i).items() if isinstance(v, (int, float))
+                                 and k not in ep},
                        "predicted": label, "mean_radius": ms.mean_radius, "radius": ms.radius, "rate": rate,
                        "steps_needed": needed, "steps": steps, "seeds": r.seeds, "diverged": frac,
                        "outcome": classify(label, needed, steps, frac)}
                 pts.append(rec)
                 if long and rec["outcome"] != "agree":
-                    again.setdefault((env_name, alg), []).append(len(pts) - 1)
+                    key = (task, method, tuple(sorted(ep.items())))
+                    again.setdefault(key, []).append(len(pts) - 1)
     long_runs = {}
-    for (env_name, alg), idx in again.items():
-        r = results[env_name][alg]
+    for (task, method, ep), idx in again.items():
+        r = results[task][method]
+        alg = algorithms.get(r.algorithm)
         finite = [pts[j]["steps_needed"] for j in idx if math.isfinite(pts[j]["steps_needed"])]
         horizon = int(min(cap, max([2 * n for n in finite] + [10 * pts[idx[0]]["steps"]])))
         horizon = -(-horizon // 100) * 100
-        names = algorithms.get(alg).names
-        spec = SweepSpec(env=r.env, algorithm=alg, points=tuple({n: pts[j]["point"][n] for n in names} for j in idx),
+        spec = SweepSpec(env=r.env, algorithm=r.algorithm,
+                         points=tuple({**dict(ep), **{n: pts[j]["point"][n] for n in alg.names
+                                                      if n in pts[j]["point"]}} for j in idx),
                          seeds=seeds, steps=horizon, log_every=horizon // 10, seed=7,
-                         sampler=r.spec_dict.get("sampler", "markov"), metrics=("rmscbe",))
+                         sampler=r.spec_dict.get("sampler", "markov"), metrics=(r.metrics[0],))
         lr = sweep.run(spec)
-        long_runs[f"{env_name}/{alg}"] = {"points": len(idx), "steps": horizon, "seeds": seeds,
-                                           "run_time_s": lr.meta.get("run_time_s")}
+        key = f"{task}/{method}"
+        prev = long_runs.get(key, {"points": 0, "steps": 0, "seeds": seeds, "run_time_s": 0.0})
+        long_runs[key] = {"points": prev["points"] + len(idx), "steps": max(prev["steps"], horizon), "seeds": seeds,
+                          "run_time_s": prev["run_time_s"] + float(lr.meta.get("run_time_s") or 0.0)}
         for k, j in enumerate(idx):
             p = pts[j]
             frac = float(lr.diverged_fraction[k])
             fin = np.asarray(lr.final[0, k], np.float64)
-            p.update(long_steps=horizon, long_seeds=seeds, long_diverged=frac,
+            p.update(long_steps=horizon, long_seeds=seeds, long_diverged=frac, long_metric=r.metrics[0],
                      long_initial_rmscbe=float(lr.mean[0, k, 0]), long_final_rmscbe_median=float(np.median(fin)),
                      long_final_rmscbe_max=float(fin.max()),
                      outcome=classify(p["predicted"], p["steps_needed"], horizon, frac))
@@ -586,7 +624,87 @@ def mean_square_comparison(results: dict, long: bool = True, cap: int = LONG_CAP
         s["points"] += 1
         s[p["outcome"]] += 1
         s[p["predicted"]] += 1
-    return {"points": pts, "summary": summary, "long_runs": long_runs, "long_seeds": seeds, "cap": cap}
+    return {"points": pts, "summary": summary, "long_runs": long_runs, "long_seeds": seeds, "cap": cap,
+            "not_analysed": skipped}
+
+
+def explain(p: dict) -> str:
+    """Why a grid point's run and its mean-square prediction differ."""
+    steps = p.get("long_steps", p["steps"])
+    frac = p.get("long_diverged", p["diverged"])
+    if p["predicted"] == "stable in mean square":
+        return ("the second moment is bounded, yet seeds left the bound: a transient (the iterates grow before "
+                "they contract; the radius says nothing of the first steps)")
+    if p["outcome"] == "beyond the horizon":
+        return (f"growth at {p['rate']:+.2e} per step needs ~{p['steps_needed']:.3g} steps to pass the bound; "
+                f"the longest run had {steps}")
+    if p["predicted"] == "diverges in mean":
+        return (f"{frac:.0%} of the seeds passed the bound in {steps} steps where ~{p['steps_needed']:.3g} are "
+                "needed on average: the seeds scatter around the mean's growth, the slowest still below the bound")
+    seen = ""
+    if "long_final_rmscbe_median" in p:
+        seen = (f" (here the seeds' {p.get('long_metric', 'error')} went from {p['long_initial_rmscbe']:.3g} to a "
+                f"median of {p['long_final_rmscbe_median']:.3g}, largest {p['long_final_rmscbe_max']:.3g})")
+    return ("the second moment grows, but no seed passed the bound: the RMS is carried by rare large excursions, "
+            "and a typical seed follows the almost-sure rate (the top Lyapunov exponent, at most the RMS rate), "
+            "which can be negative" + seen)
+
+
+def _point_text(p: dict) -> str:
+    return ", ".join([f"{k} {v}" for k, v in p.get("env_params", {}).items()]
+                     + [f"{k} {v:g}" for k, v in p["point"].items()])
+
+
+def comparison_markdown(ms_cmp: dict) -> str:
+    """The comparison of `mean_square_comparison` as markdown: how it is judged,
+    a summary table per task and method, the points beyond the horizon grouped,
+    and every disagreement with its reason."""
+    s = ["Each grid point's verdict from the exact analysis against its run's fraction of diverged seeds. "
+         "*agree*: stable in mean square and no seed diverged; diverges in mean and every seed passed the bound; "
+         "variance grows and some seed did. A predicted growth too slow to pass the bound within the run "
+         f"is run again with {ms_cmp['long_seeds']} fresh seeds for twice the steps its rate needs (at most "
+         f"{ms_cmp['cap']}); *beyond the horizon*: still too slow to see. Disagreements of the runs are run "
+         "again the same way and judged on that run.\n",
+         "| task | points | stable in mean square | mean stable, variance grows | diverges in mean "
+         "| agree | beyond the horizon | disagree | long re-run |\n|---|---|---|---|---|---|---|---|---|"]
+    for key, v in ms_cmp["summary"].items():
+        lr = ms_cmp["long_runs"].get(key)
+        s.append(f"| {key} | {v['points']} | {v['stable in mean square']} | {v['mean stable, variance grows']} | "
+                 f"{v['diverges in mean']} | {v['agree']} | {v['beyond the horizon']} | {v['disagree']} | "
+                 + (f"{lr['points']} points x {lr['seeds']} seeds x up to {lr['steps']} steps" if lr else "-")
+                 + " |")
+    s.append("")
+    if ms_cmp.get("not_analysed"):
+        s.append("Not analysed (trace methods): " + ", ".join(f"{k} ({n} points)"
+                                                              for k, n in ms_cmp["not_analysed"].items()) + ".\n")
+    slow: dict = {}
+    for p in ms_cmp["points"]:
+        if p["outcome"] == "beyond the horizon":
+            slow.setdefault(f"{p['env']} {p['algorithm'].upper()}", []).append(p)
+    if slow:
+        s.append("Beyond the horizon (growth predicted, too slow to pass the bound in the longest run):\n")
+        for key, ps in slow.items():
+            rates = [p["rate"] for p in ps]
+            need = [p["steps_needed"] for p in ps]
+            med = [p["long_final_rmscbe_median"] for p in ps if "long_final_rmscbe_median" in p]
+            ran = max(p.get("long_steps", p["steps"]) for p in ps)
+            s.append(f"- {key}: {len(ps)} points, {ps[0]['predicted']} at {min(rates):+.2e} to {max(rates):+.2e} per "
+                     f"step, needing {min(need):.3g} to {max(need):.3g} steps; run for {ran} steps (a predicted "
+                     f"growth of the slow mode by {math.exp(min(rates) * ran):.3g} to "
+                     f"{math.exp(max(rates) * ran):.3g}), none passed the bound"
+                     + (f" (the seeds' median final {ps[0].get('long_metric', 'error')} {min(med):.3g} to "
+                        f"{max(med):.3g}, from {ps[0]['long_initial_rmscbe']:.3g})" if med else ""))
+        s.append("")
+    odd = [p for p in ms_cmp["points"] if p["outcome"] == "disagree"]
+    if odd:
+        s.append("Disagreements, each with its reason:\n")
+        s.extend(f"- {p['env']} {p['algorithm'].upper()} ({_point_text(p)}): predicted {p['predicted']}, "
+                 f"{p.get('long_diverged', p['diverged']):.0%} diverged in {p.get('long_steps', p['steps'])} "
+                 f"steps: {explain(p)}" for p in odd)
+        s.append("")
+    else:
+        s.append("No disagreement.\n")
+    return "\n".join(s)
 
 
 def stationary_check(env_name: str, points: list[tuple[str, dict]], seeds: int = 200, cap: int = 200_000,
