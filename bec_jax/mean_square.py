@@ -111,10 +111,12 @@ class JumpSystem(NamedTuple):
 
     @property
     def modes(self) -> int:
+        """Number of modes (states of positive d_mu; 1 under i.i.d. sampling)."""
         return len(self.pi)
 
     @property
     def size(self) -> int:
+        """n, the length of the stacked state x."""
         return self.gamma.shape[1]
 
     def first_moment(self, q: np.ndarray) -> np.ndarray:
@@ -166,6 +168,7 @@ class Stationary(NamedTuple):
 
     @property
     def covariance(self) -> np.ndarray:
+        """E[x x^T] - E[x] E[x]^T."""
         return self.second - np.outer(self.mean, self.mean)
 
     @property
