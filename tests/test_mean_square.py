@@ -304,3 +304,13 @@ def test_marginal_modes_count_as_stable():
     assert abs(ms.mean_radius - 1) < 1e-12 and abs(ms.radius - 1) < 1e-12
     assert ms.mean_stable and ms.bounded and ms.label == "stable in mean square"
     assert ms.stationary is None and ms.steps_to_tol == np.inf
+    # CTDC there: the noise multiplies the marginal direction, and the second
+    # moment grows slowly, for real (a simple eigenvalue: LAPACK and ARPACK agree
+    # on it to 1e-12 relative, far above rounding at 1 + 3e-7).
+    env = envs.make("random_walk", features="tabular", pad_to=5)
+    hp = {"alpha": 0.25, "beta": 0.5, "zeta": 2 ** -4}
+    ms = msq.mean_square(env, "ctdc", hp, stationary=False)
+    arnoldi = msq.analyse(msq.jump_system(env, "ctdc", hp), method="arnoldi", stationary=False)
+    assert ms.marginal and abs(ms.mean_radius - 1) < 1e-12
+    assert 2e-7 < ms.radius - 1 < 4e-7 and arnoldi.radius - 1 == pytest.approx(ms.radius - 1, rel=1e-4)
+    assert ms.label == "mean stable, variance grows"
