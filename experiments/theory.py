@@ -643,8 +643,8 @@ def explain(p: dict) -> str:
             return (f"{frac:.0%} of the seeds passed the bound in {steps} steps where ~{p['steps_needed']:.3g} are "
                     "needed on average: the seeds scatter around the mean's growth, the slowest still below the bound")
         return (f"only {frac:.0%} of the seeds passed the bound in {steps} steps, {steps / p['steps_needed']:.3g} times "
-                "what the mean's growth needs: the mean's growth is carried by the seeds that blow up, while the "
-                "others decay at the (smaller) almost-sure rate")
+                "what the mean's growth needs: the mean's growth is carried by the seeds that blow up; the "
+                "others stay below the bound (their almost-sure rate is smaller)")
     seen = ""
     if "long_final_rmscbe_median" in p:
         seen = (f" (here the seeds' {p.get('long_metric', 'error')} went from {p['long_initial_rmscbe']:.3g} to a "
