@@ -7,16 +7,18 @@ and after it), alternating in one run.
         [--what workloads,authors,reproduce] [--tasks cliff_walking,maze] [--json PATH]
 
 * workloads: each task's selection grids (every algorithm and step size of
-  `experiments.control`, 10 seeds, the task's episodes and step budget), run
-  as that install's reproduction runs them (`run_many`, one program per task,
-  where it has it; else one program per algorithm, two at a time). Steps per
-  second are logged environment steps over the compile and run seconds, and
-  over the run seconds alone.
+  `experiments.control`, 10 seeds, the task's episodes and step budget), in
+  one cold process per task, run as that install's reproduction runs them
+  (`run_many`, one program per task, where it has it; else one program per
+  algorithm, two at a time). Steps per second: logged environment steps over
+  the wall time of the sweeps, compiles included.
 * authors: the authors' system (GameAI-NJUPT/BEC) at their settings: Q, CQ, GQ
   and CGQ at alpha 0.1, beta 1e-4 and the task's zeta, epsilon 0.01 decayed by
   0.9992 to 1e-4; CliffWalking 10 seeds x 3000 episodes, Maze 50 x 2000,
-  MountainCar 5 x 1500, Acrobot 5 x 1500; no step budget. One cold process
-  from the first import to the last episode statistic.
+  MountainCar 5 x 1500, Acrobot 5 x 1500; no step budget. All four tasks in
+  one cold process, from the first import to the last episode statistic.
+
+Each process has one JAX CPU device per core, as the command line sets up.
 * reproduce: `bec-jax reproduce --paper control` into a fresh directory, wall.
 
 Every process has the persistent compilation cache off (BEC_JAX_NO_CACHE=1).
@@ -43,35 +45,41 @@ _WORKER = r"""
 import json, os, sys, time
 t0 = time.perf_counter()
 os.environ["BEC_JAX_NO_CACHE"] = "1"
+import jax
+jax.config.update("jax_num_cpu_devices", os.cpu_count())  # as the command line does
 from concurrent.futures import ThreadPoolExecutor
 from bec_jax.control import sweep
 from bec_jax.control.spec import ControlSpec
 from bec_jax.experiments import control as C
 cfg = json.loads(sys.argv[1])
-task = cfg["task"]
-if cfg["what"] == "workloads":
-    specs = [C.spec_for(task, a, quick=cfg["smoke"]) for a in C.algorithms_for(task)]
-else:
-    seeds, episodes = cfg["authors"] if not cfg["smoke"] else (2, 10)
+
+def specs_of(task):
+    if cfg["what"] == "workloads":
+        return [C.spec_for(task, a, quick=cfg["smoke"]) for a in C.algorithms_for(task)]
+    seeds, episodes = cfg["authors"][task] if not cfg["smoke"] else (2, 10)
     z = C.TASKS[task]["zeta"]
     hp = {"q": {"alpha": [0.1]}, "cq": {"alpha": [0.1], "beta": [1e-4]}, "gq": {"alpha": [0.1], "zeta": [z]},
           "cgq": {"alpha": [0.1], "beta": [1e-4], "zeta": [z]}}
-    specs = [ControlSpec(task=task, algorithm=a, hyperparameters=h, seeds=seeds, episodes=episodes,
-                         **C.BEHAVIOUR) for a, h in hp.items()]
+    return [ControlSpec(task=task, algorithm=a, hyperparameters=h, seeds=seeds, episodes=episodes,
+                        **C.BEHAVIOUR) for a, h in hp.items()]
+
 t1 = time.perf_counter()
-if hasattr(sweep, "run_many"):
-    rs, how = sweep.run_many(specs), "one program per task"
-else:
-    with ThreadPoolExecutor(2) as pool:
-        rs = list(pool.map(lambda s: sweep.run(s, progress=False), specs))
-    how = "one program per algorithm, two at a time"
-last100 = {s.algorithm: float(r.lengths[..., -100:].mean()) for s, r in zip(specs, rs)}
+out = {}
+for task in cfg["tasks"]:
+    specs = specs_of(task)
+    t = time.perf_counter()
+    if hasattr(sweep, "run_many"):
+        rs, how = sweep.run_many(specs), "one program per task"
+    else:
+        with ThreadPoolExecutor(2) as pool:
+            rs = list(pool.map(lambda s: sweep.run(s, progress=False), specs))
+        how = "one program per algorithm, two at a time"
+    out[task] = {"how": how, "wall_s": time.perf_counter() - t, "steps": sum(int(r.lengths.sum()) for r in rs),
+                 "compile_s": sum(r.meta["compile_time_s"] for r in rs), "run_s": sum(r.meta["run_time_s"] for r in rs),
+                 "runs": sum(r.num_points * r.seeds for r in rs),
+                 "last100": {s.algorithm: float(r.lengths[..., -100:].mean()) for s, r in zip(specs, rs)}}
 t2 = time.perf_counter()
-steps = sum(int(r.lengths.sum()) for r in rs)
-c = sum(r.meta["compile_time_s"] for r in rs)
-run = sum(r.meta["run_time_s"] for r in rs)
-print(json.dumps({"how": how, "import_s": t1 - t0, "wall_s": t2 - t0, "compile_s": c, "run_s": run,
-                  "steps": steps, "runs": sum(r.num_points * r.seeds for r in rs), "last100": last100,
+print(json.dumps({"import_s": t1 - t0, "wall_s": t2 - t0, "tasks": out, "devices": len(jax.devices()),
                   "cpu_s": time.process_time()}))
 """
 
@@ -123,15 +131,17 @@ def main(argv=None) -> None:
         a.what, a.tasks = "authors", "cliff_walking"
     rows = []
     for what in a.what.split(","):
-        for task in (a.tasks.split(",") if what != "reproduce" else ["all"]):
+        # workloads: one cold process per task; authors: the whole system in one cold process
+        groups = [[t] for t in a.tasks.split(",")] if what == "workloads" else [a.tasks.split(",")]
+        for tasks in (groups if what != "reproduce" else [["all"]]):
             for py in a.python:
                 if what == "reproduce":
                     res = reproduce(py, a.keep)
                 else:
-                    res = worker(py, {"what": what, "task": task, "authors": AUTHORS[task], "smoke": a.smoke})
-                    res["Msteps_per_s"] = res["steps"] / (res["compile_s"] + res["run_s"]) / 1e6
-                    res["Msteps_per_s_run"] = res["steps"] / res["run_s"] / 1e6
-                row = {"what": what, "task": task, "python": py, **res}
+                    res = worker(py, {"what": what, "tasks": tasks, "authors": AUTHORS, "smoke": a.smoke})
+                    for t in res["tasks"].values():
+                        t["Msteps_per_s"] = t["steps"] / t["wall_s"] / 1e6
+                row = {"what": what, "tasks": tasks, "python": py, **res}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     path = a.json or os.path.join(a.out_dir, f"control_engine{'_smoke' if a.smoke else ''}.json")

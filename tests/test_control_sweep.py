@@ -258,7 +258,8 @@ def test_each_algorithm_reproducible_bit_for_bit_from_the_seed(name, hp):
 
 
 def test_sharded_over_devices_equals_one_device():
-    """The grid split over 2 (fake CPU) devices, with a padded chunk: the same bits."""
+    """The grid split over 2 (fake CPU) devices, with a padded chunk, and a
+    shared program's runs split over them: the same bits."""
     code = (
         "import jax, numpy as np\n"
         "from bec_jax.control import sweep\n"
@@ -270,6 +271,14 @@ def test_sharded_over_devices_equals_one_device():
         "assert len(jax.devices()) == 2 and two.meta['chunk_size'] == 4\n"
         "for k in ('returns', 'lengths', 'diverged_step', 'omega'):\n"
         "    np.testing.assert_array_equal(getattr(two, k), getattr(one, k))\n"
+        # run_many splits the runs (not the points) over the devices: a sweep of one
+        # point and an odd number of seeds too, its runs padded
+        "q = spec.replace(algorithm='q', hyperparameters={'alpha': [0.5]})\n"
+        "pair = sweep.run_many([spec, q], devices=jax.devices()[:2])\n"
+        "assert pair[0].meta['shared_program'] == ['cq', 'q']\n"
+        "for a, b in zip(pair, (one, sweep.run(q, devices=jax.devices()[:1], progress=False))):\n"
+        "    for k in ('returns', 'lengths', 'diverged_step'):\n"
+        "        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))\n"
         "print('ok')\n")
     env = xla_flags(devices=2)
     import subprocess

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, PartitionSpec
 
 from bec_jax import threefry
 from bec_jax.control import loop
@@ -39,7 +40,7 @@ from bec_jax.control.spec import ControlSpec
 from bec_jax.control.transition import q_values
 from bec_jax.engine import divergence
 from bec_jax.engine.layout import state_axes
-from bec_jax.engine.programs import Program, jit_over_grid, segment_mesh
+from bec_jax.engine.programs import GRID_AXIS, Program
 from bec_jax.engine.streams import per_seed_keys
 
 
@@ -76,16 +77,30 @@ def behaviour_columns(spec: ControlSpec, columns: dict) -> loop.Behaviour:
                           columns.get("epsilon_min", spec.epsilon_min))
 
 
-def grid_inputs(spec: ControlSpec, indices: np.ndarray) -> dict:
-    """The program's grid input for the points `indices`: (n,) arrays of the
-    grid's columns in the spec's dtype; epsilon_decay, where it is an axis, as
-    its float64 log rounded once to float32 (so a decay given as an axis gives
-    the bits of the same decay given as a value)."""
+def grid_inputs(spec: ControlSpec, indices: np.ndarray, n_devices: int = 1) -> dict:
+    """The program's input for the grid points `indices`: one entry per run
+    (point-major: point i's seeds 0..N-1 in order), padded to a multiple of
+    `n_devices` runs by repeating the last (computed and dropped): the grid's
+    columns in the spec's dtype (epsilon_decay, where it is an axis, as its
+    float64 log rounded once to float32, so a decay given as an axis gives the
+    bits of the same decay given as a value) and `seed_index`, the run's seed."""
+    indices = np.asarray(indices)
+    N = spec.seeds
+    runs = len(indices) * N
+    padded = -(-runs // n_devices) * n_devices
+    point = np.repeat(indices, N)
+    seed_index = np.tile(np.arange(N, dtype=np.int32), len(indices))
+    point = np.concatenate([point, np.repeat(point[-1:], padded - runs)])
+    seed_index = np.concatenate([seed_index, np.repeat(seed_index[-1:], padded - runs)])
     columns = spec.grid_arrays()
-    out = {n: columns[n][indices].astype(spec.dtype) for n in spec.names}
+    out = {n: columns[n][point].astype(spec.dtype) for n in spec.names}
     if "epsilon_decay" in out:
-        out["epsilon_decay"] = np.log(columns["epsilon_decay"][indices]).astype(np.float32)
+        out["epsilon_decay"] = np.log(columns["epsilon_decay"][point]).astype(np.float32)
+    out[SEED_INDEX] = seed_index
     return out
+
+
+SEED_INDEX = "seed_index"  # a run's seed, in a program's grid input (`grid_inputs`)
 
 
 def member(spec: ControlSpec, task) -> Member:
@@ -173,37 +188,44 @@ def member_block(sh: Shared, m: Member, cols: dict, run_keys, j, carry):
     return learner, ls, nlog, divergence.flag(dstep, alive, keep, (j + 1) * K)
 
 
-def init_member(sh: Shared, m: Member, G: int, init_keys) -> tuple:
-    """A member's first carry over its G N flat runs (grid point-major): every
-    run reset with its seed's key, the learner at its algorithm's init from zero
-    weights, empty logs, nothing diverged."""
-    N = sh.seeds
-    ls = jax.vmap(lambda k: loop.loop_init(sh.task, k, sh.dtype))(init_keys)
-    ls = jax.tree_util.tree_map(lambda x: jnp.tile(x, (G,) + (1,) * (x.ndim - 1)), ls)
+def init_member(sh: Shared, m: Member, init_keys, seed_index) -> tuple:
+    """A member's first carry over its runs (`seed_index`: each run's seed):
+    every run reset with its seed's key, the learner at its algorithm's init
+    from zero weights, empty logs, nothing diverged."""
+    R = seed_index.shape[0]
+    ls = jax.vmap(lambda k: loop.loop_init(sh.task, k, sh.dtype))(init_keys[seed_index])
     st0 = m.alg.init(jnp.zeros((sh.d,), sh.dtype))
-    learner = jax.tree_util.tree_map(
-        lambda x, a: x if a is None else jnp.broadcast_to(x, (G * N,) + x.shape), st0, m.axes)
-    log = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (G * N,) + x.shape),
-                                 loop.log_init(sh.episodes, sh.dtype))
-    return learner, ls, log, jnp.full((G * N,), -1, jnp.int32)
+    learner = jax.tree_util.tree_map(lambda x, a: x if a is None else jnp.broadcast_to(x, (R,) + x.shape),
+                                     st0, m.axes)
+    log = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (R,) + x.shape), loop.log_init(sh.episodes, sh.dtype))
+    return learner, ls, log, jnp.full((R,), -1, jnp.int32)
 
 
-def outputs(carry, G: int, axes, keep_state: bool) -> dict:
-    """A member's outputs from its last carry, (G, N, ...) per grid point and
-    seed: the logs (entries past a run's episode count, which a revert leaves
-    behind, cleared), the divergence steps, omega (or rbar) where the learner
-    has one, and with `keep_state` the learner states."""
+def outputs(carry, axes, keep_state: bool) -> dict:
+    """A member's outputs from its last carry, one entry per run: the logs
+    (entries past a run's episode count, which a revert leaves behind,
+    cleared), the divergence steps, omega (or rbar) where the learner has one,
+    and with `keep_state` the learner states."""
     learner, ls, log, dstep = carry
     logged = jax.lax.broadcasted_iota(jnp.int32, log.lengths.shape, 1) < ls.episodes[:, None]
-    by_point = lambda x: x.reshape((G, -1) + x.shape[1:])
-    out = {"returns": by_point(jnp.where(logged, log.returns, 0)),
-           "lengths": by_point(jnp.where(logged, log.lengths, 0)), "diverged_step": by_point(dstep)}
-    if keep_state:
-        out["state"] = jax.tree_util.tree_map(lambda x, a: x if a is None else by_point(x), learner, axes)
+    out = {"returns": jnp.where(logged, log.returns, 0), "lengths": jnp.where(logged, log.lengths, 0),
+           "diverged_step": dstep}
+    if keep_state:  # a shared leaf (the update counter) repeated per run, so every output has the run axis
+        out["state"] = jax.tree_util.tree_map(
+            lambda x, a: x if a is not None else jnp.broadcast_to(x, dstep.shape + x.shape), learner, axes)
     for name in ("omega", "rbar"):
         if hasattr(learner, name):
-            out["omega"] = by_point(getattr(learner, name))
+            out["omega"] = getattr(learner, name)
     return out
+
+
+def by_point(out: dict, points: int, seeds: int, axes) -> dict:
+    """A member's per-run outputs (padded runs first dropped) as (points, seeds, ...)."""
+    shape = lambda x: x[: points * seeds].reshape((points, seeds) + x.shape[1:])
+    res = {k: shape(v) for k, v in out.items() if k != "state"}
+    if "state" in out:
+        res["state"] = jax.tree_util.tree_map(lambda x, a: x[0] if a is None else shape(x), out["state"], axes)
+    return res
 
 
 def episodes_done(sh: Shared, carries) -> jax.Array:
@@ -213,25 +235,23 @@ def episodes_done(sh: Shared, carries) -> jax.Array:
 
 def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple,
          on_block: Callable | None = None) -> tuple:
-    """Every run of every member (grids: one dict of (G,) grid columns per
-    member), block by block while some member has a live run (and steps remain).
-    `on_block(j, episodes)`, where given, is called on the host after every
-    `report_every(...)` blocks with the blocks done and `episodes_done`."""
-    N = sh.seeds
+    """Every run of every member (grids: one dict of per-run columns per member,
+    `grid_inputs`), block by block while some member has a live run (and steps
+    remain). `on_block(j, episodes)`, where given, is called on the host after
+    every `report_every(...)` blocks with the blocks done and `episodes_done`."""
     # Keys of the fused threefry (`bec_jax.threefry.IMPL`): the same numbers as
     # threefry keys, drawn as fused arithmetic also inside a task's own code.
-    keys = threefry.fused(per_seed_keys(seed, N))
+    keys = threefry.fused(per_seed_keys(seed, sh.seeds))
     init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
-    Gs = [next(iter(g.values())).shape[0] for g in grids]
-    cols = [{n: jnp.repeat(v, N) for n, v in g.items()} for g in grids]  # per run, grid point-major
-    run_keys = [jnp.tile(stream_keys, G) for G in Gs]
-    carries = tuple(init_member(sh, m, G, init_keys) for m, G in zip(members, Gs))
+    cols = [{n: v for n, v in g.items() if n != SEED_INDEX} for g in grids]
+    run_keys = [stream_keys[g[SEED_INDEX]] for g in grids]
+    carries = tuple(init_member(sh, m, init_keys, g[SEED_INDEX]) for m, g in zip(members, grids))
 
     def more(state):
         j, cs = state
         return (j < sh.max_blocks) & jnp.any(jnp.stack([live(sh, c) for c in cs]))
 
-    every = report_every(sh, sum(Gs) * N)
+    every = report_every(sh, sum(g[SEED_INDEX].shape[0] for g in grids))
 
     def block(state):
         j, cs = state
@@ -246,7 +266,7 @@ def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple
         return j + 1, cs
 
     _, carries = jax.lax.while_loop(more, block, (jnp.int32(0), carries))
-    return tuple(outputs(c, G, m.axes, keep_state) for c, G, m in zip(carries, Gs, members))
+    return tuple(outputs(c, m.axes, keep_state) for c, m in zip(carries, members))
 
 
 def report_every(sh: Shared, runs_: int) -> int:
@@ -260,24 +280,34 @@ REPORT_RUN_STEPS = 5_000_000  # run-steps between progress reports (a fraction o
 def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_state: bool = False,
                  group=None, on_block: Callable | None = None) -> Program:
     """The program (`engine.programs.Program`) of sweeps that share a task, seeds
-    and loop (`sizes`: each one's grid points per call, a multiple of the device
-    count), jitted over the grid as every front's (`programs.jit_over_grid`):
-    `fn(seed, grids)` takes one dict of grid columns (`grid_inputs`) per sweep
-    and returns one dict of outputs per sweep, grid axis first. One sweep
-    (one size) gives a plain dict in and out; `group`: the record's (`engine.plan.Group`);
-    `on_block`: progress reports (`runs`)."""
+    and loop (`sizes`: each one's grid points per call). `fn(seed, grids)` takes
+    one dict of per-run inputs (`grid_inputs`) per sweep and returns one dict of
+    outputs per sweep, (points, seeds, ...). On several devices the runs are
+    split among them (`shard_map` over the run axis: every member's runs, so a
+    sweep of one point and many seeds uses every device too). One sweep (one
+    size) gives a plain dict in and out; `group`: the record's
+    (`engine.plan.Group`); `on_block`: progress reports (`runs`)."""
     sh = shared(specs)
     members = [member(s, sh.task) for s in specs]
     single = len(specs) == 1
 
-    def program(seed, grids):  # the name XLA's module gets
-        out = runs(sh, members, keep_state, seed, (grids,) if single else tuple(grids), on_block)
-        return out[0] if single else out
+    def per_device(seed, grids):
+        return runs(sh, members, keep_state, seed, grids, on_block)
 
     devices = list(devices) if devices is not None else jax.devices()
-    mesh = segment_mesh(devices, int(np.gcd.reduce(sizes)), False)  # the grid over the devices (None on one)
-    return Program(spec=specs[0], group=group, fn=jit_over_grid(program, mesh), chunk=sum(sizes), mesh=mesh)
+    mesh = None if len(devices) <= 1 else Mesh(np.array(devices), (GRID_AXIS,))
+    if mesh is not None:
+        axis = PartitionSpec(GRID_AXIS)
+        per_device = jax.shard_map(per_device, mesh=mesh, in_specs=(PartitionSpec(), axis), out_specs=axis,
+                                   check_vma=False)
+
+    def program(seed, grids):  # the name XLA's module gets
+        outs = per_device(seed, (grids,) if single else tuple(grids))
+        outs = tuple(by_point(o, n, sh.seeds, m.axes) for o, n, m in zip(outs, sizes, members))
+        return outs[0] if single else outs
+
+    return Program(spec=specs[0], group=group, fn=jax.jit(program), chunk=sum(sizes), mesh=mesh)
 
 
-__all__ = ["Member", "Shared", "behaviour_columns", "episodes_done", "report_every", "grid_inputs", "init_member", "live", "make_program",
+__all__ = ["SEED_INDEX", "Member", "Shared", "behaviour_columns", "by_point", "episodes_done", "report_every", "grid_inputs", "init_member", "live", "make_program",
            "member", "member_block", "outputs", "run_ok", "runs", "shared"]

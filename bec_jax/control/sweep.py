@@ -28,7 +28,7 @@ from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
 from bec_jax.engine import execute, tuning
 from bec_jax.engine.layout import state_axes
-from bec_jax.engine.plan import Group, pad, split
+from bec_jax.engine.plan import Group, split
 from bec_jax.engine.programs import Program
 from bec_jax.engine.protocol import check_dtype, gather, round_chunk, run_meta
 from bec_jax.engine.tuning import memo_get, memo_key, memo_put
@@ -70,8 +70,8 @@ class Progress:
             n, total = self._seen.get(int(j), (0, 0))
             n, total = n + 1, total + int(episodes)
             self._seen[int(j)] = (n, total)
-            if n == self.shards:
-                self.bar.update(max(0, self._base + total - self.bar.n))
+            if n == self.shards:  # (padded runs count too: capped at the chunk's total)
+                self.bar.update(max(0, self._base + min(total, self.chunk_total) - self.bar.n))
 
     def end_chunk(self) -> None:
         """The chunk is done: the bar moves to its end (runs may stop short of their episodes)."""
@@ -155,8 +155,8 @@ def updates(spec: ControlSpec) -> int:
 
 
 def chunk_grid(spec: ControlSpec, group, chunk) -> dict:
-    """The program's grid input for one chunk: (chunk,) arrays of the grid's
-    columns (`program.grid_inputs`)."""
+    """The program's input for one chunk: its runs' grid columns and seeds
+    (`program.grid_inputs`)."""
     return program.grid_inputs(spec, group.indices[chunk.indices])
 
 
@@ -280,15 +280,15 @@ def _run_joint(specs: list, devices, compiler_options: dict | None, progress: bo
         check_dtype(spec)
     n_dev = len(devices)
     groups, chunks = zip(*(plan(s, s.num_points) for s in specs))
-    chunks = [c[0]._replace(indices=pad(c[0].indices, n_dev)) for c in chunks]
-    sizes_ = [len(c.indices) for c in chunks]
+    chunks = [c[0] for c in chunks]
+    sizes_ = [len(c.indices) for c in chunks]  # the runs, not the points, are padded for the devices
     form = tuning.choose_form(specs[0], devices, None, compiler_options, updates=sum(updates(s) for s in specs))
     memo = tuple(memo_key(s, g[0], n, devices, form, KIND) for s, g, n in zip(specs, groups, sizes_)) + ("joint",)
     t = time.perf_counter()
-    grids = tuple(chunk_grid(s, g[0], c) for s, g, c in zip(specs, groups, chunks))
+    grids = tuple(program.grid_inputs(s, g[0].indices[c.indices], n_dev) for s, g, c in zip(specs, groups, chunks))
     bar = None
     if execute.want_block_progress(progress):  # a program with a callback is not kept (as run_chunks)
-        bar = Progress(specs[0], 1, 1, total=sum(s.num_points * s.seeds * s.episodes for s in specs),
+        bar = Progress(specs[0], 1, 1, n_dev, total=sum(s.num_points * s.seeds * s.episodes for s in specs),
                        show=jax.process_index() == 0)
     hit, made = (memo_get(memo) if bar is None else None), 0
     if hit is None:
