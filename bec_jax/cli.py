@@ -388,8 +388,10 @@ def cmd_reproduce(args) -> int:
              f"--out {shlex.quote(out)}")
     guard = _watchdog(args, out, again)  # a bad BEC_JAX_STALL_TIMEOUT is refused before --out is made
     runner.prepare_out_dir(out, args.overwrite, allow=exp.is_reproduce_dir)
+    if args.mean_square and args.paper == "control":
+        raise UsageError("mean_square: --mean-square checks the prediction reproductions (--paper bec or tdrc)")
     with guard:
-        exp.reproduce(out_dir=out, quick=args.quick)
+        exp.reproduce(out_dir=out, quick=args.quick, **({"mean_square": True} if args.mean_square else {}))
     return 0
 
 
@@ -518,6 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "2020's prediction experiment with the off-policy suite; into results/tdrc) or control "
                         "(the authors' control experiments: Q, CQ, GQ, CGQ on four tasks; into results/control)")
     q.add_argument("--quick", action="store_true", help="few seeds, short runs, small grids")
+    q.add_argument("--mean-square", action="store_true",
+                   help="also every grid point's exact mean-square prediction against its run, with long re-runs "
+                        "where the run is too short to tell (minutes more)")
     q.add_argument("--out", default=None, help="output directory (default results/paper or results/<paper>)")
     q.add_argument("--overwrite", action="store_true",
                    help="allow a non-empty --out that an earlier `reproduce` did not write")

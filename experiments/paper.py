@@ -755,6 +755,21 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=N
     return "\n".join(s)
 
 
+def _mean_square_check(results, rows, quick: bool, log) -> dict:
+    """Every grid point's mean-square prediction against its run, long re-runs
+    where the run is too short to tell, and the stationary error of Boyan's
+    chosen points (`reproduce(mean_square=True)`)."""
+    ms_cmp = theory.mean_square_comparison(results, cap=MS_CAP_QUICK if quick else theory.LONG_CAP,
+                                           seeds=QUICK_SEEDS if quick else theory.LONG_SEEDS)
+    log(f"  mean square: {len(ms_cmp['points'])} grid points analysed, "
+        f"{sum(v['points'] for v in ms_cmp['long_runs'].values())} run again")
+    ms_cmp["stationary"] = theory.stationary_check(
+        "boyan_chain", [(r["algorithm"], {n: r[n] for n in algorithms.get(r["algorithm"]).names})
+                        for r in rows if r["env"] == "boyan_chain"],
+        seeds=QUICK_SEEDS * 4 if quick else 200, cap=MS_CAP_QUICK if quick else 200_000)
+    return ms_cmp
+
+
 def mean_square_markdown(rows, ms_cmp: dict | None) -> str:
     """The report's mean-square section: the chosen points that are not stable in
     mean square, and the comparison of every grid point's prediction with its run."""
@@ -775,6 +790,9 @@ def mean_square_markdown(rows, ms_cmp: dict | None) -> str:
     else:
         s.append("Every chosen point is stable in mean square.\n")
     if not ms_cmp:
+        s.append("Every grid point's prediction against its run (with long re-runs where the run is too short "
+                 "to tell), the stationary error at constant step sizes and the map of CTD on Baird: "
+                 "`bec-jax reproduce --mean-square` (minutes more).\n")
         return "\n".join(s)
     s.append("### Predicted against simulated, every grid point\n")
     s.append(theory.comparison_markdown(ms_cmp))
@@ -797,8 +815,14 @@ def mean_square_markdown(rows, ms_cmp: dict | None) -> str:
     return "\n".join(s)
 
 
-def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = False, log=print) -> dict:
-    """Runs everything and writes the figures, table, lemma check and report to `out_dir`."""
+def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = False, log=print,
+              mean_square: bool = False) -> dict:
+    """Runs everything and writes the figures, table, lemma check and report to
+    `out_dir`. The table's mean-square column is always there (an exact
+    analysis of each chosen point); `mean_square` adds the comparison of every
+    grid point's prediction with its run (with long re-runs where the run is
+    too short to tell), the stationary-error check and the Baird CTD map:
+    minutes more, so not by default (`bec-jax reproduce --mean-square`)."""
     run = Reproduction(KIND, out_dir, quick, log)
     # Each environment's sweeps run as one program (`sweep.run_many`: they differ
     # only in algorithm and step sizes, and a compile costs more than a run), as
@@ -826,7 +850,7 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
                 _log_sweep(env, alg, r, log)
                 r.save(run.path("sweeps", env, alg))
             pending.append(pool.submit(render_sensitivity, env, results[env], out_dir))
-            if env == "baird":
+            if env == "baird" and mean_square:
                 ms_map_f = pool.submit(render_mean_square_map, out_dir, run.path("sweeps", "baird", "ctd"), quick)
             rows += table_rows({env: results[env]})
             conf.update(confirm_all({env: together[env]}, log))
@@ -842,14 +866,7 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
             row.update({"fresh_final_mean": c["final_mean"], "fresh_final_ci_low": c["final_ci"][0],
                         "fresh_final_ci_high": c["final_ci"][1], "fresh_auc": c["auc"],
                         "fresh_auc_ci_low": c["auc_ci"][0], "fresh_auc_ci_high": c["auc_ci"][1]})
-        ms_cmp = theory.mean_square_comparison(results, cap=MS_CAP_QUICK if quick else theory.LONG_CAP,
-                                               seeds=QUICK_SEEDS if quick else theory.LONG_SEEDS)
-        log(f"  mean square: {len(ms_cmp['points'])} grid points analysed, "
-            f"{sum(v['points'] for v in ms_cmp['long_runs'].values())} run again")
-        ms_cmp["stationary"] = theory.stationary_check(
-            "boyan_chain", [(r["algorithm"], {n: r[n] for n in algorithms.get(r["algorithm"]).names})
-                            for r in rows if r["env"] == "boyan_chain"],
-            seeds=QUICK_SEEDS * 4 if quick else 200, cap=MS_CAP_QUICK if quick else 200_000)
+        ms_cmp = _mean_square_check(results, rows, quick, log) if mean_square else None
         long_run = long_f.result()
         log(f"  long run: two_state ctdc {long_run['steps']} steps, compile {long_run['compile_time_s']:.2f} s, "
             f"run {long_run['run_time_s']:.2f} s")
@@ -862,6 +879,6 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
     report = report_markdown(results, rows, lemma, timing, quick, long_run, facts, conf, reward, ts, ms_cmp)
     records = {"lemma": lemma, "table": rows, "long_run": long_run, "theory": facts, "confirmation": conf,
                "reward_centering": reward, "timescale_runs": ts, "mean_square_comparison": ms_cmp,
-               "mean_square_map": ms_map_f.result(),
+               "mean_square_map": ms_map_f.result() if mean_square else None,
                "specs": {env: {alg: r.spec.to_dict() for alg, r in by.items()} for env, by in results.items()}}
     return run.finish(report, timing, records, table_markdown(rows), how="summed over the sweeps, two at a time: ")

@@ -492,7 +492,8 @@ def report_markdown(results, rows, stab, tab_fix, two_state, timing, quick) -> s
              "which the mean converges / the second moment stays bounded; one number where the two agree, "
              "'none' where the method's ODE is unstable or no ladder step is stable. Where the second number is "
              "smaller, the step sizes between the two give runs whose mean converges while their spread grows.\n")
-    s.append(mean_square_markdown(stab["mean_square"]) if stab["mean_square"] else "(not computed in --quick)\n")
+    s.append(mean_square_markdown(stab["mean_square"]) if stab["mean_square"]
+             else "(not computed: `bec-jax reproduce --paper tdrc --mean-square`)\n")
     unstable = {kind: [t for t, row in stab[kind].items() if row["cetd"] is not None and row["cetd"] > 0]
                 for kind in ("full", "slow")}
     s.append(f"\nCentered ETD is unstable on: {', '.join(unstable['full']) or 'none of these tasks'} (one time "
@@ -527,19 +528,25 @@ def is_reproduce_dir(path: str) -> bool:
     return is_output(path, KIND)
 
 
-def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = False, log=print) -> dict:
-    """Runs the suite and writes figures, table, stability table and report to `out_dir`."""
+def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = False, log=print,
+              mean_square: bool = False) -> dict:
+    """Runs the suite and writes figures, table, stability table and report to
+    `out_dir`; `mean_square` adds the suite's mean-square step-size limits and
+    the comparison of every grid point's prediction with its run (minutes more;
+    `bec-jax reproduce --paper tdrc --mean-square`)."""
     run = Reproduction(KIND, out_dir, quick, log)
     with sweep_threads() as pool:
         side = pool.submit(lambda: (tabular_centered_fixpoint(quick), tdrc_on_two_state(quick),
-                                    suite_stability(mean_square_limits=not quick)))
+                                    suite_stability(mean_square_limits=mean_square)))
         results = run_all(quick, log, pool)
         tab_fix, two_state, stab = side.result()
     rows = table_rows(results)
-    ms_cmp = theory.mean_square_comparison(results, cap=20_000 if quick else theory.LONG_CAP,
-                                           seeds=5 if quick else theory.LONG_SEEDS)
-    log(f"  mean square: {len(ms_cmp['points'])} grid points analysed, "
-        f"{sum(v['points'] for v in ms_cmp['long_runs'].values())} run again")
+    ms_cmp = None
+    if mean_square:
+        ms_cmp = theory.mean_square_comparison(results, cap=20_000 if quick else theory.LONG_CAP,
+                                               seeds=5 if quick else theory.LONG_SEEDS)
+        log(f"  mean square: {len(ms_cmp['points'])} grid points analysed, "
+            f"{sum(v['points'] for v in ms_cmp['long_runs'].values())} run again")
     run.save_figures({"tdrc_curves": curves_figure(results), "tdrc_sensitivity": sensitivity_figure(results),
                       "tdrc_bars": bars_figure(rows)})
     timing = run.timing([r.meta for r in _unique(results)] + [tab_fix, two_state])
@@ -548,11 +555,12 @@ def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = Fals
                    + "\n# Two time scales\n\n" + stability_markdown(stab["slow"])
                    + "\n# Mean square: largest stable alpha, mean / mean square\n\n"
                    + (mean_square_markdown(stab["mean_square"]) if stab["mean_square"]
-                      else "(not computed in --quick)\n"))
+                      else "(not computed: bec-jax reproduce --paper tdrc --mean-square)\n"))
     report = report_markdown(results, rows, stab, tab_fix, two_state, timing, quick)
     report += ("\n## Mean-square stability against the runs\n\n"
-               "Every grid point of every problem: the exact mean-square analysis (`bec_jax.mean_square`, Markov "
-               "sampling) against the run.\n\n" + theory.comparison_markdown(ms_cmp))
+               + ("Every grid point of every problem: the exact mean-square analysis (`bec_jax.mean_square`, "
+                  "Markov sampling) against the run.\n\n" + theory.comparison_markdown(ms_cmp) if ms_cmp else
+                  "Not computed in this run (minutes more): `bec-jax reproduce --paper tdrc --mean-square`.\n"))
     records = {"table": rows, "suite_stability": stab, "tabular_centered_fixpoint": tab_fix,
                "mean_square_comparison": ms_cmp,
                "tdrc_on_two_state": two_state,
