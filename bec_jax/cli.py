@@ -192,8 +192,9 @@ def cmd_run(args) -> int:
           f"{spec.steps} steps in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile{programs})"
           f"{speed}{resumed}")
     fm = result.final_mean()[b]
+    exact = result.exact_verdicts([b])[0]
     print(f"best by AUC: {result.point(b)}  final {spec.metrics[0]} = {fm:.4g}, "
-          f"diverged fraction {result.diverged_fraction[b]:.2f}")
+          f"diverged fraction {result.diverged_fraction[b]:.2f}" + (f"; exact: {exact}" if exact else ""))
     print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
     if args.confirm_seeds:
         print(runner.confirm_line(runner.confirm(result, args.out, args.confirm_seeds), args.out))

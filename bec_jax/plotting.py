@@ -251,7 +251,8 @@ def sensitivity_figure(r: SweepResult, metric: str | None = None, title: str = "
 
 def summary_rows(results: dict, metric: str | None = None, confirmations: dict | None = None) -> list[dict]:
     """One row per result: its best point (lowest AUC), the final error and the
-    AUC with their 95% Student-t intervals over seeds, and the diverged fraction.
+    AUC with their 95% Student-t intervals over seeds, the diverged fraction and
+    the point's exact mean-square verdict (`SweepResult.exact_verdicts`).
     `confirmations` ({key: the report of `runner.confirm`}) adds the confirmation
     run's numbers (`confirm_*` columns) where it re-ran this row's setting and
     metric; rows without one leave them empty."""
@@ -264,6 +265,7 @@ def summary_rows(results: dict, metric: str | None = None, confirmations: dict |
         row = {"sweep": key, "env": r.env, "algorithm": r.algorithm,
                "setting": ", ".join(f"{n}={_fmt(v)}" for n, v in r.point(b).items()),
                "metric": m, "seeds": r.seeds, **stats}
+        row["exact_verdict"] = r.exact_verdicts([b])[0]  # the best point's, whatever the grid's size
         if confirmations:
             rep = confirmations.get(key)
             c = rep["confirmation"] if rep and rep.get("metric") == m and rep.get("point") == r.point(b) else None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bec_jax import files
+from bec_jax import files, verdicts
 from bec_jax.control.results import ControlResult
 from bec_jax.files import (
     CURVES_FILE,
@@ -43,6 +43,12 @@ from bec_jax.files import (
 )
 from bec_jax.spec import SweepSpec
 from bec_jax.stats import t_interval, t_quantile
+
+
+# A summary carries each point's exact verdict up to this many grid points (a
+# few milliseconds to a tenth of a second a point, once per model); larger grids
+# give it for the best point (`plotting.summary_rows`, `bec-jax run`).
+EXACT_SUMMARY_POINTS = 64
 
 
 @dataclass
@@ -242,13 +248,32 @@ class SweepResult:
         out = np.array([t_interval(v[np.isfinite(v)], level) for v in values])
         return out[:, 1], out[:, 2]
 
+    def exact_verdicts(self, indices=None) -> list:
+        """The exact mean-square verdict of each grid point (`indices`: which;
+        default all): "stable in mean square", "mean stable, variance grows" or
+        "diverges in mean" (`verdicts.mean_square_for` under the run's sampler,
+        cached per model, algorithm and step sizes), None where there is no such
+        analysis (step sizes on a schedule, a trace method, no spec here)."""
+        idx = range(self.num_points) if indices is None else indices
+        spec = self.spec
+        if spec is None or spec.schedule.kind != "constant":
+            return [None for _ in idx]
+        mdps = spec.point_mdps()
+        names = spec.algorithm_def.names
+        out = []
+        for i in idx:
+            hp = {n: v for n, v in self.point(i).items() if n in names}
+            out.append(verdicts.exact_label(mdps[i], spec.algorithm, hp, spec.sampler))
+        return out
+
     def summary(self, metric: str | None = None) -> list[dict]:
         """One record per grid point: env, algorithm, the grid columns,
         final_mean, final_std (None, null in JSON, when every seed diverged: the
         error is unbounded), the 95% Student-t interval of the final error over
         the surviving seeds (final_ci_low, final_ci_high), auc (None when any
         seed diverged) with its interval over the seeds' own areas (auc_ci_low,
-        auc_ci_high), and diverged_fraction."""
+        auc_ci_high), diverged_fraction, and for a grid of at most
+        `EXACT_SUMMARY_POINTS` points its `exact_verdict` (`exact_verdicts`)."""
         m = self._m(metric)
         auc = self.auc(metric)
         f_lo, f_hi = self.ci("final", metric)
@@ -271,6 +296,9 @@ class SweepResult:
                 rec["auc_ci_high"] = None if any_dead else finite_or_none(a_hi[i])
             rec["diverged_fraction"] = float(self.diverged_fraction[i])
             recs.append(rec)
+        if self.num_points <= EXACT_SUMMARY_POINTS:
+            for rec, v in zip(recs, self.exact_verdicts()):
+                rec["exact_verdict"] = v
         return recs
 
     def to_frame(self):

@@ -122,6 +122,24 @@ def mean_square_for(env, algorithm, hyperparameters: dict, sampler: str = "marko
     return mean_square.mean_square(env, algorithm, hyperparameters, sampler, tol)
 
 
+_LABELS: dict = {}  # (model fingerprint, algorithm, step sizes, sampler) -> label: `exact_label`'s cache
+
+
+def exact_label(env, algorithm: str, hyperparameters: dict, sampler: str = "markov") -> str | None:
+    """The exact mean-square label of the algorithm on `env` at these constant
+    step sizes (`mean_square_for(...).label`), cached per model, algorithm, step
+    sizes and sampler; None where the analysis does not apply (a trace method)."""
+    from bec_jax import mdp  # the model's fingerprint; JAX only when a model is analysed
+
+    key = (mdp.fingerprint(env), algorithm, tuple(sorted(hyperparameters.items())), sampler)
+    if key not in _LABELS:
+        try:
+            _LABELS[key] = mean_square_for(env, algorithm, hyperparameters, sampler).label
+        except ValueError:  # trace methods and the like: no exact second moment
+            _LABELS[key] = None
+    return _LABELS[key]
+
+
 def curve_trend(curve, diverged: bool) -> str:
     """How a mean error curve over the logged steps behaved: "diverged" (the
     flag, or a non-finite value), "growing" (last > first), "decreasing" (the

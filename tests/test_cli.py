@@ -32,7 +32,8 @@ def test_run_writes_curves_and_summary(tiny_out):
     recs = json.load(open(tiny_out / "summary.json"))
     assert len(recs) == 6
     assert list(recs[0]) == ["env", "algorithm", "alpha", "beta", "final_mean", "final_std", "final_ci_low",
-                             "final_ci_high", "auc", "auc_ci_low", "auc_ci_high", "diverged_fraction"]
+                             "final_ci_high", "auc", "auc_ci_low", "auc_ci_high", "diverged_fraction",
+                             "exact_verdict"]
     for r in recs:  # 95% intervals around the means (all 4 seeds alive)
         assert r["final_ci_low"] < r["final_mean"] < r["final_ci_high"]
         assert r["auc_ci_low"] < r["auc"] < r["auc_ci_high"]
