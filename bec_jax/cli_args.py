@@ -259,16 +259,18 @@ def control_spec_from_args(args):
             raise UsageError(f"{name}: unknown option --{name.replace('_', '-')}; {alg.name} takes "
                              f"{', '.join('--' + n for n in alg.names) or 'no hyperparameters'}; see --help")
         hyper[name] = values(name, text) if alg.hyperparameter(name).static else numbers(name, text)
-    params = {}
+    params, axes = {}, {}
     for name, vals in args.task_param or ():
-        if name in params:
+        if name in params or name in axes:
             raise UsageError(f"task_params.{name}: given twice")
-        if len(vals) != 1:
-            raise UsageError(f"task_params.{name}: one value, got {len(vals)}")
-        params[name] = vals[0]
+        if len(vals) > 1:  # several values: a grid axis, a task (and program) each
+            axes[name] = vals
+        else:
+            params[name] = vals[0]
     kw = {d: getattr(args, d) for d in CONTROL_FIELDS[2:] if getattr(args, d) is not None}
     for name in LOOP_AXES:  # one value: the loop's; several: a grid axis
         if name in kw:
             vals = numbers(name, kw[name])
             kw[name] = vals[0] if len(vals) == 1 else list(vals)
-    return ControlSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper, task_params=params, **kw)
+    return ControlSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper, task_params=params,
+                       task_axes=axes, **kw)

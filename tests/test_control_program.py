@@ -113,3 +113,39 @@ def test_progress_reports_count_the_episodes_logged(monkeypatch):
     bar.end_chunk()
     assert bar.bar.n == logged
     bar.close()
+
+
+def test_task_parameters_as_grid_axes_run_a_program_each():
+    """A task parameter with several values is a grid axis: each value is its own
+    task and program, and its points are what the task given that value alone gives."""
+    kw = dict(task="cliff_walking", algorithm="q", hyperparameters={"alpha": [0.5]}, seeds=2, episodes=20,
+              max_steps=3000, epsilon=0.1)
+    spec = ControlSpec(task_axes={"max_episode_steps": [40, 1000]}, **kw)
+    assert spec.names == ("alpha", "max_episode_steps") and spec.num_points == 2
+    groups, _ = sweep.plan(spec, spec.num_points)
+    assert [g.static for g in groups] == [(("max_episode_steps", 40),), (("max_episode_steps", 1000),)]
+    r = sweep.run(spec, progress=False)
+    assert r.meta["compiled_programs"] == 2
+    for i, cap in enumerate((40, 1000)):
+        assert r.point(i)["max_episode_steps"] == cap
+        alone = sweep.run(ControlSpec(task_params={"max_episode_steps": cap}, **kw), progress=False)
+        for k in ("returns", "lengths", "diverged_step"):
+            np.testing.assert_array_equal(getattr(r, k)[i], getattr(alone, k)[0])
+    assert r.lengths[0].max() <= 40 < r.lengths[1].max()  # the cap bit where it was 40
+    again = ControlSpec.from_dict(spec.to_dict())
+    assert again == spec
+    args = cli.build_parser().parse_args(["control", "--task", "cliff_walking", "--algorithm", "q", "--alpha", "0.5",
+                                          "--task-param", "max_episode_steps=40,1000"])
+    assert cli_args.control_spec_from_args(args).task_axes == {"max_episode_steps": [40, 1000]}
+
+
+@pytest.mark.parametrize("axes, params, match", [
+    ({"max_episode_steps": ["a", "b"]}, {}, "^task_axes.max_episode_steps: a grid axis takes numbers"),
+    ({"max_episode_steps": [40, 50]}, {"max_episode_steps": 30}, "^task_axes.max_episode_steps: given twice"),
+    ({"alpha": [0.1, 0.2]}, {}, "^task_axes.alpha: 'alpha' is already a grid column"),
+    ({"size": [3, 4]}, {}, "^size: not a parameter of cliff_walking"),
+])
+def test_bad_task_axes_are_refused_naming_the_field(axes, params, match):
+    with pytest.raises(ValueError, match=match):
+        ControlSpec(task="cliff_walking", algorithm="q", hyperparameters={"alpha": [0.1]}, task_axes=axes,
+                    task_params=params)

@@ -93,7 +93,7 @@ def grid_inputs(spec: ControlSpec, indices: np.ndarray, n_devices: int = 1) -> d
     point = np.concatenate([point, np.repeat(point[-1:], padded - runs)])
     seed_index = np.concatenate([seed_index, np.repeat(seed_index[-1:], padded - runs)])
     columns = spec.grid_arrays()
-    out = {n: columns[n][point].astype(spec.dtype) for n in spec.names}
+    out = {n: columns[n][point].astype(spec.dtype) for n in spec.names if n not in spec.task_axes}
     if "epsilon_decay" in out:
         out["epsilon_decay"] = np.log(columns["epsilon_decay"][point]).astype(np.float32)
     out[SEED_INDEX] = seed_index
@@ -108,7 +108,7 @@ def member(spec: ControlSpec, task) -> Member:
     of every (grid point, seed) run with the resets of finished episodes."""
     alg = spec.algorithm_def
     dtype = jnp.dtype(spec.dtype)
-    cap = spec.episode_cap
+    cap, discount = spec.cap_of(task), spec.discount_of(task)
     template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((task.num_features,), dtype))
     if not hasattr(template, alg.weights):
         raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state has no such field")
@@ -117,7 +117,7 @@ def member(spec: ControlSpec, task) -> Member:
 
     def run_step(learner, ls, log, key, cols):
         hp = {n: cols[n] for n in alg_names}
-        gamma = cols.get("gamma", spec.discount)
+        gamma = cols.get("gamma", discount)
         return loop.advance(task, lambda st, tr: alg.apply(st, tr, hp), lambda st: getattr(st, alg.weights),
                             behaviour_columns(spec, cols), cap, gamma, learner, ls, log, key, spec.reward_shift)
 
@@ -137,13 +137,15 @@ def member(spec: ControlSpec, task) -> Member:
     return Member(spec, alg, axes, step_all)
 
 
-def shared(specs: list[ControlSpec]) -> Shared:
-    """The `Shared` of sweeps that may run as one program (the first's task and sizes)."""
+def shared(specs: list[ControlSpec], axes: dict | None = None) -> Shared:
+    """The `Shared` of sweeps that may run as one program: the first's task (at
+    the task-axis values `axes`, where it has task axes) and sizes."""
     spec = specs[0]
-    task = spec.make_task()
+    task = spec.make_task(axes)
     K = spec.block_steps
+    steps = spec.max_steps if spec.max_steps is not None else spec.episodes * spec.cap_of(task)
     return Shared(task, jnp.dtype(spec.dtype), task.num_features, spec.seeds, spec.episodes, K,
-                  -(-spec.total_steps // K), spec.divergence_bound)
+                  -(-steps // K), spec.divergence_bound)
 
 
 def run_ok(learner, ls, axes, bound: float) -> jax.Array:
@@ -287,7 +289,7 @@ def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_
     sweep of one point and many seeds uses every device too). One sweep (one
     size) gives a plain dict in and out; `group`: the record's
     (`engine.plan.Group`); `on_block`: progress reports (`runs`)."""
-    sh = shared(specs)
+    sh = shared(specs, dict(group.static) if group is not None and group.static else None)
     members = [member(s, sh.task) for s in specs]
     single = len(specs) == 1
 

@@ -34,7 +34,9 @@ class ControlSpec:
     Attributes:
       task: a registered task (`bec_jax.control.tasks.names()`) or a factory of
         the user's own as package.module:function. task_params: its parameters
-        (e.g. num_tilings, bins).
+        (e.g. num_tilings, bins). task_axes: {parameter: [numbers]}, task
+        parameters that are grid axes: each combination is its own task, run
+        by its own program (a task's shapes may change with it).
       algorithm: a control algorithm (`bec_jax.control.algorithms.names()`).
       hyperparameters: {name: value or list of values}; the grid is their
         cartesian product in the algorithm's declared order. The loop's
@@ -69,6 +71,7 @@ class ControlSpec:
     seeds: int = 10
     episodes: int = 100
     task_params: dict = dataclasses.field(default_factory=dict)
+    task_axes: dict = dataclasses.field(default_factory=dict)
     seed: int = 0
     epsilon: float = 0.1
     epsilon_decay: float = 1.0
@@ -105,6 +108,7 @@ class ControlSpec:
                 raise ValueError(f"{h.name}: expected at least one value")
             hp[h.name] = tuple(h.check(v, h.name) for v in values)
         hp.update(self._loop_axes())
+        hp.update(self._task_axes(hp))
         object.__setattr__(self, "hyperparameters", hp)
         for name, lo in (("seeds", 1), ("episodes", 1), ("block", 1)):
             v = getattr(self, name)
@@ -140,12 +144,38 @@ class ControlSpec:
             raise ValueError(f"reward_shift: must be a finite number, got {self.reward_shift!r}")
         object.__setattr__(self, "reward_shift", float(self.reward_shift))
         try:
-            self.make_task()  # checks task_params (ValueError naming the field)
+            for params in self.task_combinations():  # checks task_params and task_axes (ValueError naming the field)
+                self.make_task(params)
         except ImportError as e:  # an optional extra the task needs (gymnax): one line, not a traceback
             raise ValueError(f"task: {e}") from None
         if self.total_steps > MAX_INT32:
             raise ValueError(f"max_steps: a run of {self.total_steps} steps exceeds 2**31 - 1; "
                              "give a smaller max_steps or fewer episodes")
+
+    def _task_axes(self, hp: dict) -> dict:
+        """{name: values} of the task parameters that are grid axes, checked."""
+        if not isinstance(self.task_axes, dict):
+            raise ValueError(f"task_axes: expected a table parameter -> values, got {self.task_axes!r}")
+        out = {}
+        for name, values in self.task_axes.items():
+            field = f"task_axes.{name}"
+            if name in hp or name in LOOP_AXES:
+                raise ValueError(f"{field}: {name!r} is already a grid column (the algorithm's or the loop's)")
+            if name in self.task_params:
+                raise ValueError(f"{field}: given twice (also in task_params)")
+            values = as_tuple(field, values)
+            if not values:
+                raise ValueError(f"{field}: expected at least one value")
+            for v in values:
+                if isinstance(v, bool) or not is_real(v):
+                    raise ValueError(f"{field}: a grid axis takes numbers, got {v!r}")
+            out[name] = tuple(values)
+        return out
+
+    def task_combinations(self) -> list[dict]:
+        """Each combination of the task axes' values ({} without task axes), in grid order."""
+        names = list(self.task_axes)
+        return [dict(zip(names, vals)) for vals in itertools.product(*(self.hyperparameters[n] for n in names))]
 
     def _loop_axes(self) -> dict:
         """{name: values} of the loop's parameters given as grid axes (a list at
@@ -180,7 +210,7 @@ class ControlSpec:
     @property
     def algorithm_names(self) -> tuple:
         """The grid's columns that are the algorithm's hyperparameters (declared order)."""
-        return tuple(n for n in self.hyperparameters if n not in LOOP_AXES)
+        return tuple(n for n in self.hyperparameters if n not in LOOP_AXES and n not in self.task_axes)
 
     # --------------------------------------------------------------- derived
 
@@ -196,12 +226,18 @@ class ControlSpec:
         return algorithms.get(self.algorithm)
 
     @functools.cached_property
-    def _task(self):
-        return tasks.make(self.task, **self.task_params)
+    def _tasks(self) -> dict:
+        return {}
 
-    def make_task(self):
-        """The `ControlEnv` of `task` with `task_params` (built once per spec)."""
-        return self._task
+    def make_task(self, axes: dict | None = None):
+        """The `ControlEnv` of `task` with `task_params` and, where `task_axes`
+        are given, the values `axes` of them (default the first of each); built
+        once per spec and values."""
+        axes = dict(axes) if axes is not None else {n: v[0] for n, v in self.task_axes.items()}
+        key = tuple(sorted(axes.items()))
+        if key not in self._tasks:
+            self._tasks[key] = tasks.make(self.task, **self.task_params, **axes)
+        return self._tasks[key]
 
     @property
     def block_steps(self) -> int:
@@ -213,7 +249,8 @@ class ControlSpec:
         sweeps sharing a program share it."""
         if self.block is not None:
             return self.block
-        weight_bytes = self.make_task().num_features * np.dtype(self.dtype).itemsize
+        features = max(self.make_task(a).num_features for a in self.task_combinations())
+        weight_bytes = features * np.dtype(self.dtype).itemsize
         return int(min(MAX_AUTO_BLOCK, max(AUTO_BLOCK, -(-weight_bytes // BLOCK_WEIGHT_BYTES))))
 
     @property
@@ -228,13 +265,23 @@ class ControlSpec:
 
     @property
     def total_steps(self) -> int:
-        """A run's step budget."""
-        return self.max_steps if self.max_steps is not None else self.episodes * self.episode_cap
+        """A run's step budget (with task axes, the largest of their tasks')."""
+        if self.max_steps is not None:
+            return self.max_steps
+        return max(self.episodes * self.cap_of(self.make_task(a)) for a in self.task_combinations())
+
+    def cap_of(self, task) -> int:
+        """The episode cap of `task` in this sweep: `max_episode_steps` or the task's own."""
+        return self.max_episode_steps if self.max_episode_steps is not None else task.max_episode_steps
+
+    def discount_of(self, task) -> float:
+        """The discount in this sweep of `task`: `gamma` or the task's own."""
+        return float(self.gamma) if self.gamma is not None else float(task.gamma)
 
     @property
     def names(self) -> tuple:
         """The grid's columns: the algorithm's hyperparameters (declared order),
-        then the loop's parameters that are grid axes."""
+        then the loop's parameters that are grid axes, then the task axes."""
         return tuple(self.hyperparameters)
 
     def grid_points(self) -> list[dict]:
@@ -256,7 +303,8 @@ class ControlSpec:
     def to_dict(self) -> dict:
         """A JSON-ready dict; `from_dict` rebuilds the same spec."""
         d = dataclasses.asdict(self)
-        d["hyperparameters"] = {k: list(v) for k, v in self.hyperparameters.items()}
+        d["hyperparameters"] = {k: list(v) for k, v in self.hyperparameters.items() if k not in self.task_axes}
+        d["task_axes"] = {k: list(v) for k, v in self.task_axes.items()}
         d["kind"] = KIND
         return d
 

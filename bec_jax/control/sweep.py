@@ -94,7 +94,7 @@ def sizes(spec: ControlSpec) -> memory.Sizes:
     prediction terms are: a call's estimate is between 1 and 3 times what XLA
     allocates (tests/test_engine_protocol.py)."""
     item = np.dtype(spec.dtype).itemsize
-    d = spec.make_task().num_features
+    d = max(spec.make_task(a).num_features for a in spec.task_combinations())  # the largest task's
     alg = spec.algorithm_def
     shapes = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((d,), jnp.dtype(spec.dtype)))
     axes = jax.tree_util.tree_leaves(state_axes(shapes, alg.counter), is_leaf=lambda a: a is None)
@@ -128,10 +128,20 @@ def plan_chunk(spec: ControlSpec, chunk_size: int | None = None, n_devices: int 
 
 
 def plan(spec: ControlSpec, chunk: int):
-    """(groups, chunks) as `bec_jax.sweep.plan` gives them: one group (every
-    point has the same shapes), chunks of at most `chunk` points."""
-    G = spec.num_points
-    groups = [Group(np.arange(G), [], np.zeros(G, np.int32), ())]
+    """(groups, chunks) as `bec_jax.sweep.plan` gives them: one group per
+    combination of the task axes' values (one without task axes), each its own
+    task and program (`Group.static` holds the values), and chunks of at most
+    `chunk` points."""
+    names = list(spec.task_axes)
+    if not names:
+        G = spec.num_points
+        groups = [Group(np.arange(G), [], np.zeros(G, np.int32), ())]
+        return groups, split(groups, chunk)
+    points = spec.grid_points()
+    groups = []
+    for combo in spec.task_combinations():
+        idx = np.array([i for i, p in enumerate(points) if all(p[n] == combo[n] for n in names)])
+        groups.append(Group(idx, [], np.zeros(len(idx), np.int32), tuple(sorted(combo.items()))))
     return groups, split(groups, chunk)
 
 
@@ -211,7 +221,7 @@ run_chunks = execute.run_chunks  # with the programs of the spec's front: this m
 def _joint_key(spec: ControlSpec, n_devices: int, device) -> str | None:
     """What sweeps must share to run as one program (everything but the
     algorithm and the grid), or None when `spec` takes several calls."""
-    if spec.engine.KIND != KIND or jax.process_count() > 1:
+    if spec.engine.KIND != KIND or jax.process_count() > 1 or spec.task_axes:  # task axes: a program per task
         return None
     try:
         if plan_memory(spec, n_devices, device=device).grid < spec.num_points:
