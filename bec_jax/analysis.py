@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -90,23 +90,8 @@ def _flatten_spec(alg, k: int) -> _Flat:
 
 def _hyperparameters(alg, hyperparameters: dict | None) -> tuple[dict, dict]:
     """(traced values, static values): step sizes default to 1 (the ODE's time
-    scale), other hyperparameters to their declared defaults."""
-    given = dict(hyperparameters or {})
-    for n in given:
-        alg.hyperparameter(n)  # ValueError naming an undeclared one
-    traced, static = {}, {}
-    for h in alg.hyperparameters:
-        if h.name in given:
-            v = h.check(given[h.name], f"hyperparameters.{h.name}")
-        elif h.step_size:
-            v = 1.0
-        elif h.default is not None:
-            v = h.default
-        else:
-            raise ValueError(f"hyperparameters.{h.name}: {alg.name} needs a value for {h.name} "
-                             f"(in {h.range_text}); it has no default")
-        (static if h.static else traced)[h.name] = v
-    return traced, static
+    scale), other hyperparameters to their declared defaults (`Algorithm.resolve_hyperparameters`)."""
+    return alg.resolve_hyperparameters(hyperparameters, step_size=1.0)
 
 
 def model_stats(env: FiniteMDP) -> ModelStats:

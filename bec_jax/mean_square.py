@@ -241,24 +241,9 @@ def _check(alg, sampler: str):
 
 def _hyperparameters(alg, hyperparameters: dict | None) -> tuple[dict, dict]:
     """(traced, static) values: every step size must be given (the second moment
-    depends on its absolute scale); others default to their declared defaults."""
-    given = dict(hyperparameters or {})
-    for name in given:
-        alg.hyperparameter(name)  # ValueError naming an undeclared one
-    traced, static = {}, {}
-    for h in alg.hyperparameters:
-        if h.name in given:
-            v = h.check(given[h.name], f"hyperparameters.{h.name}")
-        elif h.step_size:
-            raise ValueError(f"hyperparameters.{h.name}: the mean-square analysis needs the step size "
-                             f"{h.name} of {alg.name} (a number in {h.range_text})")
-        elif h.default is not None:
-            v = h.default
-        else:
-            raise ValueError(f"hyperparameters.{h.name}: {alg.name} needs a value for {h.name} "
-                             f"(in {h.range_text}); it has no default")
-        (static if h.static else traced)[h.name] = v
-    return traced, static
+    depends on its absolute scale); others default to their declared defaults
+    (`Algorithm.resolve_hyperparameters`)."""
+    return alg.resolve_hyperparameters(hyperparameters, analysis="the mean-square analysis")
 
 
 def _bucket(m: int) -> int:

@@ -333,6 +333,33 @@ class Algorithm:
         raise ValueError(f"{name}: {self.name} does not take {name} "
                          f"(it takes {', '.join(self.names) or 'no hyperparameters'})")
 
+    def resolve_hyperparameters(self, given: dict | None, step_size=None,
+                                analysis: str | None = None) -> tuple[dict, dict]:
+        """(traced, static): a value for every declared hyperparameter, the given
+        ones checked (`ValueError` naming an undeclared one), the others their
+        defaults. A step size not given is `step_size` (the exact analysis takes
+        1: the ODE's time scale), or, with `analysis` naming what needs it, a
+        `ValueError` saying so."""
+        given = dict(given or {})
+        for n in given:
+            self.hyperparameter(n)
+        traced, static = {}, {}
+        for h in self.hyperparameters:
+            if h.name in given:
+                v = h.check(given[h.name], f"hyperparameters.{h.name}")
+            elif h.step_size and analysis is not None:
+                raise ValueError(f"hyperparameters.{h.name}: {analysis} needs the step size {h.name} of "
+                                 f"{self.name} (a number in {h.range_text})")
+            elif h.step_size and step_size is not None:
+                v = step_size
+            elif h.default is not None:
+                v = h.default
+            else:
+                raise ValueError(f"hyperparameters.{h.name}: {self.name} needs a value for {h.name} "
+                                 f"(in {h.range_text}); it has no default")
+            (static if h.static else traced)[h.name] = v
+        return traced, static
+
     def defaults(self) -> dict:
         """{name: default} of the hyperparameters that have one."""
         return {h.name: h.default for h in self.hyperparameters if h.default is not None}
