@@ -75,6 +75,22 @@ def lookup(ref, registry: dict, what: str) -> Algorithm:
                      "(or package.module:attribute for your own)")
 
 
+def lookup_callable(ref, registry: dict, field: str, noun: str, thing: str, known: str):
+    """The callable `ref` names in `registry`: a registered name, or a
+    `package.module:attribute` reference (imported, not registered).
+    `ValueError` naming `field`: an unknown `noun`, listing `known`; or an
+    attribute that is not a `thing` (the control tasks' and feature maps'
+    lookups share this)."""
+    if isinstance(ref, str) and ref in registry:
+        return registry[ref]
+    if isinstance(ref, str) and ":" in ref:
+        found = import_attribute(ref, field)
+        if not callable(found):
+            raise ValueError(f"{field}: {ref!r} is a {type(found).__name__}, not a {thing}")
+        return found
+    raise ValueError(f"{field}: unknown {noun} {ref!r}; known: {known}")
+
+
 def import_attribute(ref: str, field: str):
     """The object `package.module:attribute` names, importing the module (the
     current directory is searched too, as `python -m` does). `ValueError` naming
@@ -111,7 +127,8 @@ def _discover() -> None:
 
 _discover()
 
-__all__ = ["Algorithm", "Hyperparameter", "StepSize", "get", "lookup", "names", "register", "import_attribute",
+__all__ = ["Algorithm", "Hyperparameter", "StepSize", "get", "lookup", "lookup_callable", "names", "register",
+           "import_attribute",
            "parameter", "step_size", "resolve_step", "td_error", "vdot", "shared", "sharing"]
 
 

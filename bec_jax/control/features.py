@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax.algorithms import import_attribute
+from bec_jax.algorithms import lookup_callable
 from bec_jax.control import tiles
 
 # A state-feature basis larger than this per action is almost surely a mistake
@@ -211,15 +211,8 @@ KINDS: dict[str, Callable[..., FeatureMap]] = {"tiles": tile_coding, "fourier": 
 def builder(kind: str) -> Callable[..., FeatureMap]:
     """The builder `kind` names: a built-in kind or `package.module:function`;
     `ValueError` naming `features` lists the kinds."""
-    if isinstance(kind, str) and kind in KINDS:
-        return KINDS[kind]
-    if isinstance(kind, str) and ":" in kind:
-        found = import_attribute(kind, "features")
-        if not callable(found):
-            raise ValueError(f"features: {kind!r} is a {type(found).__name__}, not a feature-map builder")
-        return found
-    raise ValueError(f"features: unknown feature map {kind!r}; known: {', '.join(KINDS)} "
-                     "(or package.module:function for your own)")
+    return lookup_callable(kind, KINDS, "features", "feature map", "feature-map builder",
+                           f"{', '.join(KINDS)} (or package.module:function for your own)")
 
 
 def make(kind: str, low, high, num_actions: int, **params) -> FeatureMap:

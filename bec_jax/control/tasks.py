@@ -90,7 +90,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax.algorithms import import_attribute
+from bec_jax.algorithms import lookup_callable
 from bec_jax.control import features as feature_maps
 from bec_jax.control import tiles
 
@@ -201,19 +201,12 @@ def factory(ref: str) -> Callable[..., ControlEnv]:
     environment with discrete actions, `gymnax_task`), or a
     `package.module:function` reference (imported, not registered); `ValueError`
     naming `task` lists the known names."""
-    if isinstance(ref, str) and ref in TASKS:
-        return TASKS[ref]
-    if isinstance(ref, str) and ref.startswith(GYMNAX):
+    if isinstance(ref, str) and ref not in TASKS and ref.startswith(GYMNAX):
         env_id = ref[len(GYMNAX):]
         _gymnax_env_id(env_id)
         return functools.partial(gymnax_task, env_id)
-    if isinstance(ref, str) and ":" in ref:
-        found = import_attribute(ref, "task")
-        if not callable(found):
-            raise ValueError(f"task: {ref!r} is a {type(found).__name__}, not a task factory")
-        return found
-    raise ValueError(f"task: unknown control task {ref!r}; known: {', '.join(names())} "
-                     "(or gymnax:ENV_ID, or package.module:function for your own)")
+    return lookup_callable(ref, TASKS, "task", "control task", "task factory",
+                           f"{', '.join(names())} (or gymnax:ENV_ID, or package.module:function for your own)")
 
 
 # ----------------------------------------------------------------- validation
