@@ -12,6 +12,8 @@
     bec-jax plot DIR... [--out PLOTS]       (runs or studies: curves, sensitivity, table)
     bec-jax compare DIR... --out FIG.png    (their best curves on one figure)
     bec-jax reproduce [--paper bec|tdrc|control] [--quick] [--out DIR] [--overwrite]
+    bec-jax list [environments|algorithms|metrics|tasks|control-algorithms] [--json]
+    bec-jax --version
 
 ENV is a registered name, an .npz/.toml MDP file or package.module:function; ALG
 a registered name or package.module:attribute. Every hyperparameter ALG declares
@@ -364,6 +366,12 @@ def cmd_reproduce(args) -> int:
     return 0
 
 
+def cmd_list(args) -> int:
+    from bec_jax import catalog
+    print(catalog.command(args.what, args.json), end="")
+    return 0
+
+
 def _error(message) -> int:
     text = " ".join(str(message).split("\n"))
     print(f"bec-jax: error: {text}", file=sys.stderr)
@@ -411,11 +419,15 @@ def parse(argv=None):
 def build_parser() -> argparse.ArgumentParser:
     """The `bec-jax` parser (`cli_parser.build_parser`) with this module's commands."""
     commands = {"run": cmd_run, "control": cmd_control, "study": cmd_study, "plot": cmd_plot,
-                "compare": cmd_compare, "reproduce": cmd_reproduce, "analyze": cmd_analyze}
+                "compare": cmd_compare, "reproduce": cmd_reproduce, "analyze": cmd_analyze, "list": cmd_list}
     return cli_parser.build_parser(commands, __doc__.split("\n\n")[0])
 
 
 def main(argv=None) -> int:
+    if (sys.argv[1:] if argv is None else list(argv)) == ["--version"]:  # before the parser: no JAX import
+        from bec_jax import catalog
+        print(catalog.version_text())
+        return 0
     try:
         args = parse(argv)
     except UsageError as e:

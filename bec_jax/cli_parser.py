@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from bec_jax import algorithms, analysis, envs, sampling, schedules
+from bec_jax import algorithms, analysis, catalog, envs, sampling, schedules
 from bec_jax.cli_args import (Parser, default_of, env_param_arg, float_arg, int_arg, listing, names_arg,
                               size_arg)
 from bec_jax.control import algorithms as control_algorithms
@@ -39,6 +39,7 @@ def build_parser(commands: dict, description: str) -> argparse.ArgumentParser:
     """The `bec-jax` parser: one subcommand per `_add_<command>`, each running
     `commands[name]` (the functions of `bec_jax.cli`), under `description`."""
     p = Parser(prog="bec-jax", description=description, allow_abbrev=False)
+    p.add_argument("--version", action="version", version=catalog.version_text())
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     _add_run(sub, commands["run"])
     _add_control(sub, commands["control"])
@@ -47,6 +48,7 @@ def build_parser(commands: dict, description: str) -> argparse.ArgumentParser:
     _add_compare(sub, commands["compare"])
     _add_reproduce(sub, commands["reproduce"])
     _add_analyze(sub, commands["analyze"])
+    _add_list(sub, commands["list"])
     return p
 
 
@@ -55,7 +57,8 @@ def _add_run(sub, command) -> None:
     # Spec options default to None ("not given"): the spec's defaults apply.
     r = sub.add_parser("run", help="run one sweep", allow_abbrev=False,
                        epilog="Every hyperparameter the algorithm declares is an option: --NAME v1,v2,... "
-                              "(e.g. --alpha 0.01,0.1 --beta 0.1 --lambda 0,0.5,0.9).")
+                              "(e.g. --alpha 0.01,0.1 --beta 0.1 --lambda 0,0.5,0.9). `bec-jax list` shows every "
+                              "environment's parameters and every algorithm's hyperparameters and equations.")
     r.add_argument("--config", help="TOML file with the spec's fields (see README)")
     r.add_argument("--env", help=f"{listing(envs.names(), default_of(SweepSpec, 'env'), None)}, an .npz/.toml MDP "
                                  "file or package.module:function")
@@ -103,7 +106,9 @@ def _add_control(sub, command) -> None:
     c = sub.add_parser("control", help="run one control sweep (epsilon-greedy agents on a control task)",
                        allow_abbrev=False,
                        epilog="Every hyperparameter the algorithm declares is an option: --NAME v1,v2,... "
-                              "(e.g. --eta 0.1,0.5 for an algorithm of your own that declares eta).")
+                              "(e.g. --eta 0.1,0.5 for an algorithm of your own that declares eta). `bec-jax list "
+                              "tasks` and `bec-jax list control-algorithms` show the tasks' parameters and the "
+                              "algorithms' hyperparameters and equations.")
     c.add_argument("--config", help="TOML file with the control spec's fields")
     c.add_argument("--task", help=f"{listing(control_tasks.names(), last=None)} or package.module:function, "
                                   "or gymnax:ENV_ID (any gymnax environment with discrete actions)")
@@ -218,3 +223,13 @@ def _add_analyze(sub, command) -> None:
                     help="the map's two axes (default: the first two options given several values)")
     an.add_argument("--map-points", type=int_arg("map_points"), default=15, help="per axis (default 15)")
     an.set_defaults(func=command)
+
+
+def _add_list(sub, command) -> None:
+    """The `bec-jax list` subcommand and its options."""
+    ls = sub.add_parser("list", help="the environments, algorithms, metrics and control tasks, from the registries",
+                        allow_abbrev=False)
+    ls.add_argument("what", nargs="?", default="all",
+                    help=f"all (default), {listing(catalog.SECTIONS)}")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ls.set_defaults(func=command)
