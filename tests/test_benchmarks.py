@@ -177,6 +177,24 @@ def test_roofline_script_smoke(tmp_path):
     assert "bandwidth ceiling" in out and "roofline bound" in out
 
 
+def test_control_roofline_script_smoke(tmp_path):
+    out = _run(["-m", "benchmarks.control_roofline"], tmp_path)
+    d = json.loads((tmp_path / "control_roofline_smoke.json").read_text())
+    _machine_ok(d)
+    _positive(d, "bandwidth_Bps", "peak_flops")
+    (row,) = d["rows"]
+    _positive(row, "flops_per_run_step", "bytes_per_run_step", "run_step_ns", "bound_ns", "thunks_per_step")
+    # CliffWalking: 4 actions, one-hot features (one index an action). CGQ reads
+    # Q(s, .) and Q(s', .) (4 weights each) and reads and writes w and u at
+    # (s, a) (4 values): 2 A m + 4 m = 12 float32 values, 48 bytes; XLA's count
+    # (whole operands of its gathers and scatters) is above it.
+    assert (row["actions"], row["active"], row["weights"]) == (4, 1, 192)
+    assert row["touched_bytes"] == 48 and row["bytes_per_run_step"] > 48
+    # A step is dozens of dispatched operations (act, the task, the update, the log, the reset's cond).
+    assert 10 <= row["thunks_per_step"] <= 200
+    assert "| cliff_walking |" in out
+
+
 def test_reproduce_time_script_smoke(tmp_path):
     out = _run(["-m", "benchmarks.reproduce_time"], tmp_path)
     d = json.loads((tmp_path / "reproduce_time_smoke.json").read_text())
