@@ -97,7 +97,7 @@ def tiling_offsets(num_tilings: int) -> np.ndarray:
 
 
 def tiling_edges(low, high, bins, num_tilings: int, offset_unit=None) -> list[list[np.ndarray]]:
-    """The float64 interior edges of every tiling and dimension, [t][i] an array
+    """The float64 interior edges of every tiling and dimension, `[t][i]` an array
     of bins[i] - 1 increasing values, computed as the authors' NumPy 1.24 code
     does (see the module docstring). `offset_unit` (D,) overrides the default
     `(high - low) / (num_tilings * bins)` in the bounds' dtype."""
