@@ -270,7 +270,8 @@ def test_gymnax_fourier_loop_steps_match_numpy(name):
 # ------------------------------------------------------------------ the README's quickstart
 
 def test_readme_control_quickstart_runs_as_pasted(tmp_path):
-    """The bash block of the README's "Your task, your features", run by bash
+    """The README's second quickstart (the same block as docs/control.md's "Your
+    task, your features"), run by bash
     where the repository root would be (the gridworld example copied there):
     both runs finish every episode, and most of the gridworld's last episodes
     take the 6-step shortest path of its 4x4 grid."""
@@ -282,9 +283,9 @@ def test_readme_control_quickstart_runs_as_pasted(tmp_path):
     pytest.importorskip("gymnax")
     from bec_jax.control.results import ControlResult
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    text = open(os.path.join(repo, "README.md")).read()
-    part = text[text.index("### Your task, your features"):]
-    block = re.findall(r"```bash\n(.*?)```", part, re.S)[0]
+    from docs_blocks import code
+    block = code("README.md", "bash", section="Quickstart 2: centered Q-learning on your own task")
+    assert block == code("docs/control.md", "bash", section="Your task, your features")
     assert "gymnax:CartPole-v1" in block and "examples.gridworld:make_gridworld" in block
     (tmp_path / "examples").mkdir()
     shutil.copy(os.path.join(repo, "examples", "gridworld.py"), tmp_path / "examples" / "gridworld.py")

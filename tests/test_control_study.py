@@ -284,14 +284,13 @@ def test_a_users_algorithm_bad_input_is_one_line(tmp_path, capsys, argv, field):
 
 
 def test_the_readmes_mixed_study_is_valid():
-    """The README's study with a control sweep: each shared default goes to the
-    sweeps whose kind takes it."""
-    import re
+    """The study with a control sweep of docs/sweeps.md: each shared default goes
+    to the sweeps whose kind takes it."""
     import tomllib
 
     from bec_jax import study
-    text = open(os.path.join(os.path.dirname(__file__), os.pardir, "README.md")).read()
-    block = next(b for b in re.findall(r"```toml\n(.*?)```", text, re.S) if 'kind = "control"' in b)
+    from docs_blocks import code
+    block = code("docs/sweeps.md", "toml", containing='kind = "control"')
     st = study.from_dict(tomllib.loads(block))
     (n1, td), (n2, cq) = st.sweeps
     assert (n1, n2) == ("boyan-ctd", "cliff-cq")

@@ -272,21 +272,19 @@ def test_analyze_overlays_a_runs_divergence(tmp_path, capsys):
 
 
 def test_readme_analyze_section_runs_as_pasted(capsys):
-    """The README's `bec-jax analyze` section: its Python block prints what its
-    comment says, and its command lines parse."""
-    import os
+    """The `bec-jax analyze` section of docs/theory.md: its Python block prints
+    what its comment says, and its command lines parse."""
     import re
     import shlex
 
     from bec_jax import cli
-    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")).read()
-    part = text[text.index("## Exact stability: `bec-jax analyze`"):]
-    part = part[:part.index("\n## ", 4)]
-    code = re.findall(r"```python\n(.*?)```", part, re.S)[0]
-    exec(compile(code, "README", "exec"), {})
+    from docs_blocks import code as block
+    title = "Exact stability: `bec-jax analyze`"
+    code = block("docs/theory.md", "python", section=title)
+    exec(compile(code, "docs/theory.md", "exec"), {})
     want = re.search(r"^# (.*)$", code, re.M).group(1)
     assert capsys.readouterr().out.strip() == want
-    lines = re.findall(r"```bash\n(.*?)```", part, re.S)[0].strip().splitlines()
+    lines = block("docs/theory.md", "bash", section=title).strip().splitlines()
     assert [shlex.split(x)[1] for x in lines] == ["run", "analyze"]
     args = cli.parse(shlex.split(lines[1])[1:])
     assert args.command == "analyze" and args.run == "runs/baird-ctd" and args.hyper == {

@@ -142,7 +142,7 @@ def test_any_two_seed_chunkings_are_bitwise_equal(reference, seed_chunked):
 def test_seed_chunks_over_several_models():
     # Not the 3-feature "dependent" random walk: on AVX-512, XLA:CPU compiles its
     # update differently for different seed counts, and the last bit can differ
-    # (see README; with --xla_cpu_max_isa=AVX2 it agrees bit for bit).
+    # (see docs/large-runs.md; with --xla_cpu_max_isa=AVX2 it agrees bit for bit).
     spec = SweepSpec(env="random_walk", algorithm="tdc", hyperparameters={"alpha": [0.1], "zeta": [0.1]},
                      env_params={"gamma": [0.9, 0.5], "features": ["tabular", "inverted"]},
                      steps=60, seeds=30, log_every=5)

@@ -1,24 +1,18 @@
-"""The README's programs run as pasted."""
+"""The programs of the README and the guides run as pasted."""
 import os
 import re
 import subprocess
 import sys
 import tomllib
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import numpy as np
 
-
-def section_code(title: str, lang: str = "python") -> str:
-    text = open(os.path.join(REPO, "README.md")).read()
-    part = text[text.index(f"## {title}"):]
-    part = part[:part.index("\n## ", 4)]
-    blocks = re.findall(rf"```{lang}\n(.*?)```", part, re.S)
-    assert blocks, f"no {lang} block in section {title!r}"
-    return blocks[0]
+from docs_blocks import REPO
+from docs_blocks import code as block
 
 
 def test_agent_program_runs_as_pasted(tmp_path):
-    code = section_code("Use in your own agent")
+    code = block("docs/agents.md", "python", section="A centered TD loss for any network")
     assert "my_network_apply" not in code  # complete: nothing left for the reader to define
     (tmp_path / "agent.py").write_text(code)
     p = subprocess.run([sys.executable, "agent.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
@@ -32,7 +26,7 @@ def test_agent_program_runs_as_pasted(tmp_path):
 
 
 def test_study_file_shown_is_the_worked_study():
-    shown = tomllib.loads(section_code("Studies, statistics, many processes", "toml"))
+    shown = tomllib.loads(block("docs/sweeps.md", "toml", containing='name = "boyan-td"'))
     with open(os.path.join(REPO, "experiments", "studies", "centering_boyan.toml"), "rb") as f:
         worked = tomllib.load(f)
     sweeps = shown.pop("sweep")
@@ -41,7 +35,7 @@ def test_study_file_shown_is_the_worked_study():
 
 
 def test_control_program_runs_as_pasted(tmp_path):
-    code = section_code("Control: centered Q-learning and Greedy-GQ")
+    code = block("docs/control.md", "python", containing="ControlSpec(")
     code += ("\nrec = r.summary()[b]\n"
              "print(f\"best {r.point(b)} steps {rec['auc_length']:.3f} last {mean[-1]:.2f} valid {int(r.valid.sum())}\")\n")
     (tmp_path / "control.py").write_text(code)
@@ -56,13 +50,34 @@ def test_control_program_runs_as_pasted(tmp_path):
 
 
 def test_ppo_recipe_runs_as_pasted(tmp_path):
-    text = open(os.path.join(REPO, "README.md")).read()
-    part = text[text.index("### PPO/A2C with centering"):]
-    code = re.findall(r"```python\n(.*?)```", part, re.S)[0]
-    (tmp_path / "recipe.py").write_text(code)
+    recipe = block("README.md", "python", section="Quickstart 3: a centered critic in your PPO")
+    assert recipe == block("docs/agents.md", "python", section="PPO/A2C with centering")  # one recipe, shown twice
+    (tmp_path / "recipe.py").write_text(recipe)
     p = subprocess.run([sys.executable, "recipe.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     m = re.search(r"advantages \(8,\), omega (-?[0-9.]+)", p.stdout)
     assert m, p.stdout
     # One update with beta = 0.01 from omega = 0: 0.01 x the mean TD error (rewards -1).
     assert -0.05 < float(m.group(1)) < 0.0
+
+
+def test_quickstart_sweep_runs_as_pasted(tmp_path):
+    """The README's first quickstart: three sweeps in one program, each best point
+    with its interval and exact verdict. The user's half-step TD is built-in TD at
+    alpha = eta / 2, so its exact rate is TD's there (an independent computation)."""
+    from bec_jax import verdicts
+    program = block("README.md", "python", section="Quickstart 1: sweep your MDP and your TD variant against CTD and TDC")
+    (tmp_path / "quickstart.py").write_text(program)
+    p = subprocess.run([sys.executable, "quickstart.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = re.findall(r"^(\w+) +(\{.*?\}) +final RMSCBE ([0-9.]+) \[([0-9.]+), ([0-9.]+)\] +exact: (\w+), rate ([-+0-9.e]+)$",
+                      p.stdout, re.M)
+    assert [r[0] for r in rows] == ["half_td", "ctd", "tdc"], p.stdout
+    for name, point, mean, low, high, label, rate in rows:
+        assert float(low) < float(mean) < float(high) and label == "stable", (name, mean, low, high, label)
+    # The factory alone, from the program's own text (no registration in this process).
+    ns = {}
+    exec(program[:program.index("envs.register")], ns)
+    eta = eval(rows[0][1])["eta"]
+    want = verdicts.exact_for(ns["ring"](), "td", {"alpha": eta / 2})
+    np.testing.assert_allclose(float(rows[0][6]), want.rate, rtol=0.06)  # printed to 2 digits

@@ -465,7 +465,7 @@ def test_tree_reduce_is_the_padded_pairwise_halving():
 
 
 def test_program_states_are_seed_major():
-    # The layout the engine's speed rests on (README, "Seed-major state"): every
+    # The layout the engine's speed rests on (docs/performance.md, "Seed-major state"): every
     # batched state leaf (seeds, grid points, ...), the shared counter unbatched,
     # and the per-seed area sums (metrics, seeds, grid points); the outputs keep
     # the grid first.

@@ -2,7 +2,6 @@
 step size's schedule at the update counter, so the README's own pattern
 (`td.update(state, tr, eta * c)`) gets numbers, never a schedule to multiply."""
 import os
-import re
 import sys
 
 import jax
@@ -13,6 +12,7 @@ import pytest
 from bec_jax import algorithms, analysis, cli, envs, sweep
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
+from docs_blocks import code
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = 100.0  # the CLI's default t0; eta's exponent defaults to 1 (it is not alpha, beta or zeta)
@@ -21,11 +21,8 @@ SIZES = dict(steps=1000, seeds=2, log_every=100)
 
 @pytest.fixture
 def mine(tmp_path, monkeypatch):
-    """The README's `mine.py`, as printed there, importable as `mine`."""
-    text = open(os.path.join(REPO, "README.md")).read()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if b.startswith("# mine.py\n")]
-    assert len(blocks) == 1, "the README's mine.py block"
-    (tmp_path / "mine.py").write_text(blocks[0])
+    """The `mine.py` of docs/your-algorithm.md, as printed there, importable as `mine`."""
+    (tmp_path / "mine.py").write_text(code("docs/your-algorithm.md", "python", containing="# mine.py\n"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "mine", raising=False)
@@ -130,3 +127,27 @@ def test_robbins_monro_needs_a_counter(mine):
                   progress=False)
     assert np.isfinite(sweep.run(SweepSpec(env="baird", algorithm="mine:BARE", eta=0.01, **SIZES),
                                  progress=False).final).all()
+
+
+def test_docs_registration_and_analysis_of_mine(mine, monkeypatch):
+    """docs/your-algorithm.md's second block: registering mine.SCALED_TD and its
+    expected update, G = -2 A at eta = 1, c = 2, i.e. twice built-in TD's at alpha = 1."""
+    monkeypatch.setattr(algorithms, "_REGISTRY", dict(algorithms._REGISTRY))  # the name leaves with the test
+    ns = {}
+    exec(code("docs/your-algorithm.md", "python", containing="algorithms.register(mine.SCALED_TD)"), ns)
+    G_td, g_td = analysis.expected_update(envs.make("two_state"), "td", {"alpha": 1.0})
+    np.testing.assert_allclose(ns["G"], 2.0 * G_td, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ns["g"], 2.0 * g_td, rtol=1e-12, atol=1e-12)
+    assert algorithms.get("scaled_td") is mine.SCALED_TD
+
+
+def test_docs_command_runs(mine, capsys):
+    """docs/your-algorithm.md's command, as printed (from the directory holding mine.py)."""
+    import shlex
+    line = code("docs/your-algorithm.md", "bash", containing="mine:SCALED_TD").strip()
+    argv = shlex.split(line)
+    assert argv[0] == "bec-jax"
+    assert cli.main(argv[1:]) == 0, capsys.readouterr().err
+    r = SweepResult.load("runs/scaled")
+    assert list(r.grid["eta"]) == [0.001, 0.001, 0.01, 0.01] and list(r.grid["c"]) == [1.0, 2.0, 1.0, 2.0]
+    assert np.isfinite(r.final).all() and r.final.shape[-1] == 50
