@@ -3,4 +3,4 @@
 Data flows one way: model (`mdp`, `envs`) -> sampler (`sampling`) -> update
 (`algorithms`) -> metric (`analysis`) -> result (`sweep`, `results`) -> plot.
 """
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import tomllib
 
-
+import bec_jax
+from bec_jax import algorithms
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,3 +51,21 @@ def test_package_data_globs_match_files():
             assert glob.glob(os.path.join(dirs[pkg], pat)), f"{pkg}: {pat} matches no file"
     assert len(glob.glob(os.path.join(REPO, "experiments", "studies", "*.toml"))) >= 2
 
+
+def test_version_is_semantic_and_recorded_in_the_changelog_and_citation():
+    assert re.fullmatch(r"\d+\.\d+\.\d+", bec_jax.__version__)
+    with open(os.path.join(REPO, "CHANGELOG.md")) as f:
+        changelog = f.read()
+    releases = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, re.M)
+    assert releases and releases[0] == bec_jax.__version__, releases  # the newest release is this one
+    assert "## [Unreleased]" in changelog
+    with open(os.path.join(REPO, "CITATION.cff")) as f:
+        assert f"version: {bec_jax.__version__}\n" in f.read()
+
+
+def test_every_refused_old_name_is_in_the_changelog():
+    with open(os.path.join(REPO, "CHANGELOG.md")) as f:
+        changelog = f.read()
+    for old, (new, _) in algorithms.RENAMED.items():
+        assert f"`{old}`" in changelog and f"`{new}`" in changelog, old
+    assert "`algorithms.resolve`" in changelog and "`algorithms.get`" in changelog
