@@ -69,20 +69,33 @@ def test_a_newly_registered_name_shows_up(capsys):
     mine = algorithms.Algorithm(name="my_td_catalog", init=td.init, update=td.update,
                                 hyperparameters=(algorithms.step_size("alpha", "a step"), hp),
                                 equations="my eq. (1)")
+    def my_task(*, size=4, gamma=0.9):
+        """My task."""
+
+    q = control_algorithms.get("q")
+    my_q = algorithms.Algorithm(name="my_q_catalog", init=q.init, update=q.update, hyperparameters=q.hyperparameters,
+                                equations="my control eq.", weights="w")
     envs.register("my_chain_catalog", my_chain)
     algorithms.register(mine)
     metrics.register_metric("my_metric_catalog", lambda env: None, "My metric.")
+    control_tasks.register("my_task_catalog", my_task)
+    control_algorithms.register(my_q)
     try:
         out = _list(capsys)
         assert "  my_chain_catalog(gamma=0.7, n_states=3)\n      My chain.\n" in out
         assert "  my_td_catalog (MY_TD_CATALOG): my eq. (1)\n" in out
         assert "      --kappa: my own parameter (parameter in [0, 1], default 0.25)\n" in out
         assert "  my_metric_catalog\n      My metric.\n" in out
+        assert "  my_task_catalog(size=4, gamma=0.9)\n      My task.\n" in out
+        assert "  my_q_catalog (MY_Q_CATALOG): my control eq.\n      --alpha: step size of the weights w" in out
     finally:
         del envs.REGISTRY["my_chain_catalog"]
         del algorithms._REGISTRY["my_td_catalog"]
         del metrics.METRIC_REGISTRY["my_metric_catalog"]
-    assert "my_td_catalog" not in _list(capsys, "algorithms")
+        del control_tasks.TASKS["my_task_catalog"]
+        del control_algorithms.ALGORITHMS["my_q_catalog"]
+    out = _list(capsys)
+    assert "my_td_catalog" not in out and "my_task_catalog" not in out and "my_q_catalog" not in out
 
 
 def test_a_bad_section_exits_2_with_one_line(capsys):
