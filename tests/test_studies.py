@@ -464,7 +464,7 @@ def test_pandas_is_optional(tmp_path):
 def test_packaging_files():
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         pp = tomllib.load(f)
-    assert pp["project"]["license"] == {"text": "MIT"}
+    assert pp["project"]["license"] == "MIT" and pp["project"]["license-files"] == ["LICENSE"]  # SPDX form
     assert open(os.path.join(REPO, "LICENSE")).readline().strip() == "MIT License"
     assert pp["project"]["dynamic"] == ["version"]
     assert pp["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "bec_jax.__version__"}
