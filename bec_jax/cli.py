@@ -424,10 +424,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    if (sys.argv[1:] if argv is None else list(argv)) == ["--version"]:  # before the parser: no JAX import
-        from bec_jax import catalog
-        print(catalog.version_text())
-        return 0
     try:
         args = parse(argv)
     except UsageError as e:

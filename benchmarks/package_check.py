@@ -83,7 +83,7 @@ def check_wheel(path: str, version: str) -> dict:
     with zipfile.ZipFile(path) as z:
         entry = z.read(info["entry_points.txt"]).decode()
         meta = z.read(info["METADATA"]).decode()
-    if "bec-jax = bec_jax.cli:main" not in entry:
+    if "bec-jax = bec_jax.__main__:main" not in entry:
         raise CheckFailed(f"wheel: no bec-jax entry point in entry_points.txt:\n{entry}")
     if f"\nVersion: {version}\n" not in meta:
         raise CheckFailed(f"wheel: METADATA does not say Version: {version}")

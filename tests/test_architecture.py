@@ -141,7 +141,7 @@ EXPERIMENTS = os.path.join(os.path.dirname(LIB), "experiments")  # installed as 
 # test: place a new module in the house when you add it.
 LAYERS = [
     ("command line", ["bec_jax.cli", "bec_jax.cli_parser", "bec_jax.cli_args", "bec_jax.analyze", "bec_jax.catalog",
-                      "bec_jax.experiments*"]),
+                      "bec_jax.__main__", "bec_jax.experiments*"]),
     ("studies", ["bec_jax.study"]),
     ("runner", ["bec_jax.runner", "bec_jax.rundir"]),
     ("fronts and figures", ["bec_jax.sweep", "bec_jax.control.sweep", "bec_jax.figures", "bec_jax.plotting",

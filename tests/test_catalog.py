@@ -112,23 +112,31 @@ def test_defaults_are_json_values():
 
 
 def test_version(capsys):
+    from importlib import metadata
+    assert catalog.version_text() == f"bec-jax {bec_jax.__version__} (jax {metadata.version('jax')})"
+    # bec_jax.cli's parser says the same (python -m bec_jax.cli --version, --help lists it).
     assert main(["--version"]) == 0
-    out = capsys.readouterr().out.strip()
-    assert out.startswith(f"bec-jax {bec_jax.__version__} (jax ")
-    # The parser's --version (e.g. after other options' parsing) says the same.
+    assert capsys.readouterr().out == catalog.version_text() + "\n"
     with pytest.raises(SystemExit):
         from bec_jax.cli import build_parser
         build_parser().parse_args(["--version"])
-    assert capsys.readouterr().out.strip() == out
+    assert capsys.readouterr().out == catalog.version_text() + "\n"
 
 
-def test_version_text_imports_no_jax():
-    code = ("import sys; from bec_jax import catalog; print(catalog.version_text()); "
-            "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
+def test_the_console_script_answers_version_without_importing_jax(capsys):
+    # The console script is bec_jax.__main__:main (pyproject.toml).
+    code = ("import sys; from bec_jax.__main__ import main; rc = main(['--version']); "
+            "print(rc, sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [f"bec-jax {bec_jax.__version__} ({catalog.version_text().split('(')[1]}",
-                                     "[]"]
+    assert r.stdout.splitlines() == [catalog.version_text(), "0 []"]
+    r = subprocess.run([sys.executable, "-m", "bec_jax", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout == catalog.version_text() + "\n", r.stderr
+    # Anything else goes to bec_jax.cli.main.
+    from bec_jax.__main__ import main as console_main
+    assert console_main(["list", "metrics"]) == 0
+    assert capsys.readouterr().out == catalog.command("metrics")
+    assert console_main(["list", "nope"]) == 2
 
 
 def test_run_and_control_help_point_to_list(capsys):
