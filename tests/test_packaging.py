@@ -9,6 +9,8 @@ import os
 import re
 import tomllib
 
+import pytest
+
 import bec_jax
 from bec_jax import algorithms
 
@@ -73,3 +75,40 @@ def test_every_refused_old_name_is_in_the_changelog():
     for old, (new, _) in algorithms.RENAMED.items():
         assert f"`{old}`" in changelog and f"`{new}`" in changelog, old
     assert "`algorithms.resolve`" in changelog and "`algorithms.get`" in changelog
+
+
+def _synthetic_wheel(path, version: str, drop: str = "", entry: str = "bec-jax = bec_jax.__main__:main") -> str:
+    """A wheel-shaped zip of the checkout's modules and data, without the files under `drop`."""
+    import sys
+    import zipfile
+    sys.path.insert(0, REPO)
+    from benchmarks.package_check import source_modules
+    names = sorted(source_modules()) + ["bec_jax/py.typed"] + [
+        "bec_jax/experiments/studies/" + os.path.basename(p)
+        for p in glob.glob(os.path.join(REPO, "experiments", "studies", "*.toml"))]
+    info = f"bec_jax-{version}.dist-info/"
+    with zipfile.ZipFile(path, "w") as z:
+        for n in names:
+            if not (drop and n.startswith(drop)):
+                z.writestr(n, "")
+        z.writestr(info + "entry_points.txt", f"[console_scripts]\n{entry}\n")
+        z.writestr(info + "METADATA", f"Metadata-Version: 2.4\nName: bec_jax\nVersion: {version}\n\n")
+    return str(path)
+
+
+def test_the_wheel_check_finds_a_missing_package_entry_point_or_version(tmp_path):
+    """benchmarks/package_check.py's wheel check, on wheel-shaped archives: a
+    complete one passes; one without the engine (as the wheel once was), without
+    the entry point or with another version fails naming what is wrong."""
+    import sys
+    sys.path.insert(0, REPO)
+    from benchmarks.package_check import CheckFailed, check_wheel
+    v = bec_jax.__version__
+    assert check_wheel(_synthetic_wheel(tmp_path / "ok.whl", v), v)["modules"] > 60
+    for name, kw, message in [("engine", {"drop": "bec_jax/engine/"}, "bec_jax/engine/__init__.py"),
+                              ("studies", {"drop": "bec_jax/experiments/studies/"}, "package data"),
+                              ("entry", {"entry": "bec-jax = elsewhere:main"}, "no bec-jax entry point")]:
+        with pytest.raises(CheckFailed, match=re.escape(message)):
+            check_wheel(_synthetic_wheel(tmp_path / f"{name}.whl", v, **kw), v)
+    with pytest.raises(CheckFailed, match="Version: 9.9.9"):
+        check_wheel(_synthetic_wheel(tmp_path / "v.whl", v), "9.9.9")
