@@ -41,6 +41,7 @@ def main(out=None):
     frame = study.load_frame(out)
     last = frame[(frame.step == frame.step.max()) & (frame.metric == "rmscbe")]
     table = last.pivot_table(index="alpha", columns="sweep", values="mean")
+    print(f"the study is in {out} (bec-jax plot {out} draws it)")
     print(f"{len(frame)} rows; columns: {', '.join(frame.columns)}")
     print(f"final RMSCBE (mean over {frame.alive.max()} seeds) by alpha and sweep:\n{table.round(4)}")
     best = last.loc[last.groupby("sweep")["mean"].idxmin(), ["sweep", "alpha", "mean", "ci_low", "ci_high"]]
