@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bec_jax import files, sampling
+from bec_jax.engine.buckets import bucket
 from bec_jax.engine.layout import state_axes
 from bec_jax.files import human
 
@@ -389,7 +390,8 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
         grid = 1
     else:
         per_point = call_bytes(sz, 1, N, 1, False) - N * sz.per_seed
-        grid = max(1, min(G_all, (budget - N * sz.per_seed) // max(per_point, 1)))
+        # Up to the grid's bucket size: a smaller grid's chunk is padded to it (`engine.plan.split`).
+        grid = max(1, min(bucket(G_all), (budget - N * sz.per_seed) // max(per_point, 1)))
         cache = _cache_bytes(device, n_devices, memory_budget)
         if cache is not None and sz.carry:  # (a front that carries nothing between blocks: no such limit)
             fit = max(1, cache // (N * sz.carry))  # equal chunks share one compiled program
