@@ -292,8 +292,9 @@ def fits_together(specs, n_devices: int = 1, *, memory_budget: int | None = None
     total = carry = 0
     for spec in specs:
         sz = sizes(spec)
-        total += call_bytes(sz, spec.num_points, spec.seeds, spec.steps // spec.log_every, False)
-        carry += spec.num_points * spec.seeds * sz.carry
+        points = bucket(spec.num_points)  # a sweep's chunk is padded to its bucket size
+        total += call_bytes(sz, points, spec.seeds, spec.steps // spec.log_every, False)
+        carry += points * spec.seeds * sz.carry
     cache = _cache_bytes(device, n_devices, memory_budget)
     return total <= budget and (cache is None or carry <= cache)
 

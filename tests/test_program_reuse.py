@@ -138,3 +138,19 @@ def test_a_second_run_with_one_more_step_size_compiles_nothing(tmp_path):
     # Fetching it is not compiling it: what is left is tracing and lowering (a
     # loose bound, the machine may be busy; the 0.3 s goal is benchmarks').
     assert second["compile_time_s"] < max(1.5, 0.5 * first["compile_time_s"])
+
+
+def test_a_control_sweep_with_other_step_sizes_reuses_its_program():
+    from bec_jax.control import sweep as control
+    from bec_jax.control.spec import ControlSpec
+    base = dict(algorithm="q", task="cliff_walking", seeds=2, episodes=5, max_steps=400, block=50)
+    tuning.clear_compiled()
+    a = control.run(ControlSpec(hyperparameters={"alpha": [0.5, 0.2, 0.1]}, **base), progress=False)
+    b = control.run(ControlSpec(hyperparameters={"alpha": [0.3, 0.2, 0.05]}, **base), progress=False)
+    assert a.meta["compiled_programs"] == 1 and b.meta["compiled_programs"] == 0
+    np.testing.assert_array_equal(a.returns[1], b.returns[1])  # alpha 0.2 in both
+    assert not np.array_equal(a.returns[0], b.returns[0])
+    # alone (4 points, its own bucket) and together with another sweep, the same runs
+    c = control.run(ControlSpec(hyperparameters={"alpha": [0.2, 0.5, 0.1, 0.3]}, **base), progress=False)
+    assert c.meta["compiled_programs"] == 1
+    np.testing.assert_array_equal(c.returns[0], a.returns[1])
