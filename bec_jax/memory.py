@@ -396,8 +396,8 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
         cache = _cache_bytes(device, n_devices, memory_budget)
         if cache is not None and sz.carry:  # (a front that carries nothing between blocks: no such limit)
             fit = max(1, cache // (N * sz.carry))  # equal chunks share one compiled program
-            if fit < grid:
-                grid = -(-G_all // -(-G_all // fit))
+            if fit < grid:  # balanced chunks, at their bucket size: a grid of nearby size shares the program
+                grid = min(grid, bucket(-(-G_all // -(-G_all // fit))))
     if not per_seed:  # the grid is split over the devices (a seed chunk splits its seeds)
         grid = -(-grid // n_devices) * n_devices
     blocks = _blocks_per_segment(sz, L, grid, seeds, per_seed, budget, segment_blocks)

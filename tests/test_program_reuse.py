@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import jax.monitoring
 import numpy as np
 import pytest
@@ -154,3 +155,17 @@ def test_a_control_sweep_with_other_step_sizes_reuses_its_program():
     c = control.run(ControlSpec(hyperparameters={"alpha": [0.2, 0.5, 0.1, 0.3]}, **base), progress=False)
     assert c.meta["compiled_programs"] == 1
     np.testing.assert_array_equal(c.returns[0], a.returns[1])
+
+
+def test_a_sweep_in_several_chunks_keeps_its_chunk_size_within_a_bucket():
+    from bec_jax import memory
+
+    def chunk(points):  # 200 seeds: more runs than the CPU cache-sized call holds, so several chunks
+        spec = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=tuple(np.linspace(1e-3, 1e-2, points)),
+                         beta=(0.1,), zeta=(0.1,), seeds=200, steps=1000)
+        return memory.plan(spec, 1, device=jax.devices("cpu")[0]).grid
+
+    # 1000 points in 7 balanced chunks of 143 run as 144, a bucket size, as do 1001-1008;
+    # 1010 needs chunks of 145, the next bucket (160).
+    assert chunk(1000) == chunk(1001) == chunk(1008) == 144 == bucket(143)
+    assert chunk(1010) == 160
