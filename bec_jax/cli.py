@@ -102,7 +102,9 @@ def enable_compilation_cache() -> None:
     try:
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+        # Every program is kept, however fast it compiled: a second run compiles
+        # nothing (a small sweep's program may compile under any threshold).
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     except OSError:
         pass  # a read-only home only costs the cache
 

@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bec_jax import files, sampling
+from bec_jax.engine.buckets import bucket
 from bec_jax.engine.layout import state_axes
 from bec_jax.files import human
 
@@ -291,8 +292,9 @@ def fits_together(specs, n_devices: int = 1, *, memory_budget: int | None = None
     total = carry = 0
     for spec in specs:
         sz = sizes(spec)
-        total += call_bytes(sz, spec.num_points, spec.seeds, spec.steps // spec.log_every, False)
-        carry += spec.num_points * spec.seeds * sz.carry
+        points = bucket(spec.num_points)  # a sweep's chunk is padded to its bucket size
+        total += call_bytes(sz, points, spec.seeds, spec.steps // spec.log_every, False)
+        carry += points * spec.seeds * sz.carry
     cache = _cache_bytes(device, n_devices, memory_budget)
     return total <= budget and (cache is None or carry <= cache)
 
@@ -389,12 +391,13 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
         grid = 1
     else:
         per_point = call_bytes(sz, 1, N, 1, False) - N * sz.per_seed
-        grid = max(1, min(G_all, (budget - N * sz.per_seed) // max(per_point, 1)))
+        # Up to the grid's bucket size: a smaller grid's chunk is padded to it (`engine.plan.split`).
+        grid = max(1, min(bucket(G_all), (budget - N * sz.per_seed) // max(per_point, 1)))
         cache = _cache_bytes(device, n_devices, memory_budget)
         if cache is not None and sz.carry:  # (a front that carries nothing between blocks: no such limit)
             fit = max(1, cache // (N * sz.carry))  # equal chunks share one compiled program
-            if fit < grid:
-                grid = -(-G_all // -(-G_all // fit))
+            if fit < grid:  # balanced chunks, at their bucket size: a grid of nearby size shares the program
+                grid = min(grid, bucket(-(-G_all // -(-G_all // fit))))
     if not per_seed:  # the grid is split over the devices (a seed chunk splits its seeds)
         grid = -(-grid // n_devices) * n_devices
     blocks = _blocks_per_segment(sz, L, grid, seeds, per_seed, budget, segment_blocks)

@@ -167,7 +167,8 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
     Args:
       spec: what to run.
       chunk_size: grid points per compiled call (default: all that fit in
-        `memory_budget`). Results do not depend on it.
+        `memory_budget`); a group of fewer points runs padded to its bucket
+        size (`engine.buckets.bucket`), never past it. Results do not depend on it.
       devices: devices to shard the grid axis over (default: all of `jax.devices()`).
       memory_budget: bytes of device memory one compiled call may use (default:
         `memory.DEFAULT_BUDGET` or what the device has free, the less). A sweep

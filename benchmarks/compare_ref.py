@@ -3,6 +3,7 @@
     python -m benchmarks.compare_ref --ref HEAD~1     # e.g. the commit before a change
     python -m benchmarks.compare_ref --ref a00a937 --rounds 5
     python -m benchmarks.compare_ref --smoke           # tiny sizes: checks the script works
+    python -m benchmarks.compare_ref --ref HEAD~1 --past-bucket   # 577 points: one past a bucket edge
 
 The earlier commit's tree is exported with `git archive` into a temporary
 directory. Each round runs one fresh process per tree, alternating which goes
@@ -16,7 +17,10 @@ and the steady-state rate is the median `updates_per_s` of the calls after it.
 The first round's statistics of both trees are compared bit for bit, and what
 differs is listed (which arrays, how many entries, at which log steps, by how
 much). It prints a table and writes benchmarks/results/compare_ref.json with
-the machine.
+the machine. With `--past-bucket` the workload has one grid point more (577,
+the standard grid's points and one more, given as `points`): one past a bucket
+edge (`bec_jax.engine.buckets.bucket`), the worst case of a tree that pads a
+grid to its bucket (577 run as 640) against one that does not.
 
 Only `SweepSpec(env=..., algorithm=..., alpha=..., beta=..., zeta=..., ...)`,
 `sweep.run` and `meta["compile_time_s"]`/`meta["updates_per_s"]` are used, so
@@ -25,6 +29,7 @@ any commit since the sweep engine exists can be compared.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -68,13 +73,20 @@ print(json.dumps({"bec_jax": os.path.dirname(bec_jax.__file__), "compile_time_s"
 """
 
 
-def _spec(smoke: bool) -> dict:
+def _spec(smoke: bool, past_bucket: bool = False) -> dict:
     from benchmarks._common import BOYAN_ALPHA, BOYAN_BETA, BOYAN_ZETA
     if smoke:
-        return dict(env="boyan_chain", algorithm="ctdc", alpha=[1e-2, 0.3], beta=[0.1, 0.5], zeta=[1e-3, 0.1],
-                    seeds=4, steps=100, log_every=10, metrics=["rmscbe"], dtype="float32")
-    return dict(env="boyan_chain", algorithm="ctdc", alpha=list(BOYAN_ALPHA), beta=list(BOYAN_BETA),
-                zeta=list(BOYAN_ZETA), seeds=50, steps=1000, log_every=10, metrics=["rmscbe"], dtype="float32")
+        d = dict(env="boyan_chain", algorithm="ctdc", alpha=[1e-2, 0.3], beta=[0.1, 0.5], zeta=[1e-3, 0.1],
+                 seeds=4, steps=100, log_every=10, metrics=["rmscbe"], dtype="float32")
+    else:
+        d = dict(env="boyan_chain", algorithm="ctdc", alpha=list(BOYAN_ALPHA), beta=list(BOYAN_BETA),
+                 zeta=list(BOYAN_ZETA), seeds=50, steps=1000, log_every=10, metrics=["rmscbe"], dtype="float32")
+    if past_bucket:  # the grid's points (alpha slowest) and one more: a new alpha at the first beta and zeta
+        names = ("alpha", "beta", "zeta")
+        points = [dict(zip(names, p)) for p in itertools.product(*(d.pop(n) for n in names))]
+        d["points"] = points + [{"alpha": points[0]["alpha"] / 2, "beta": points[0]["beta"],
+                                 "zeta": points[0]["zeta"]}]
+    return d
 
 
 def export_ref(ref: str, dest: str) -> str:
@@ -134,11 +146,13 @@ def main(argv=None) -> int:
                     help="sweep.run calls per process, the first one the compile (default 4; 2 with --smoke)")
     ap.add_argument("--cpu-devices", type=int, default=None, help="JAX CPU devices (default: every core)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes; checks the script works")
+    ap.add_argument("--past-bucket", action="store_true",
+                    help="one grid point more than the standard workload (577): one past a bucket edge")
     ap.add_argument("--out-dir", default=_common.RESULTS_DIR)
     args = ap.parse_args(argv)
     rounds = args.rounds or (1 if args.smoke else 5)
     repeats = args.repeats or (2 if args.smoke else 4)
-    cfg = {"spec": _spec(args.smoke), "repeats": repeats,
+    cfg = {"spec": _spec(args.smoke, args.past_bucket), "repeats": repeats,
            "cpu_devices": args.cpu_devices or int(os.environ.get("BEC_JAX_CPU_DEVICES") or os.cpu_count() or 1)}
     trees = {"work": REPO_ROOT}
     with tempfile.TemporaryDirectory(prefix="bec-jax-ref-") as tmp:
@@ -187,7 +201,8 @@ def main(argv=None) -> int:
            "ref": full, "smoke": args.smoke, "rounds": rounds, "repeats": repeats, "config": cfg,
            "machine": info, "ref_result": ref, "work_result": work, "throughput_ratio": ratio,
            "bit_identical": identical, "differences": differences, "timestamp": _common.timestamp()}
-    path = _common.write_json(_common.result_path(args.out_dir, "compare_ref", args.smoke), out)
+    name = "compare_ref_past_bucket" if args.past_bucket else "compare_ref"
+    path = _common.write_json(_common.result_path(args.out_dir, name, args.smoke), out)
     print(f"wrote {path}")
     return 0
 

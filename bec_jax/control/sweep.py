@@ -27,6 +27,7 @@ from bec_jax.control import program
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
 from bec_jax.engine import execute, tuning
+from bec_jax.engine.buckets import bucket
 from bec_jax.engine.layout import state_axes
 from bec_jax.engine.plan import Group, split
 from bec_jax.engine.programs import Program
@@ -244,7 +245,7 @@ def shared_programs(specs: list, devices=None) -> list[list[int]]:
     packs, open_pack, used = [], {}, {}
     for i, spec in enumerate(specs):
         key = _joint_key(spec, n, devices[0])
-        need = memory.call_bytes(sizes(spec), spec.num_points, spec.seeds, 1, False)
+        need = memory.call_bytes(sizes(spec), bucket(spec.num_points), spec.seeds, 1, False)
         if key is None:
             packs.append([i])
             continue
@@ -289,7 +290,7 @@ def _run_joint(specs: list, devices, compiler_options: dict | None, progress: bo
     for spec in specs:
         check_dtype(spec)
     n_dev = len(devices)
-    groups, chunks = zip(*(plan(s, s.num_points) for s in specs))
+    groups, chunks = zip(*(plan(s, bucket(s.num_points)) for s in specs))  # padded as `run` pads them
     chunks = [c[0] for c in chunks]
     sizes_ = [len(c.indices) for c in chunks]  # the runs, not the points, are padded for the devices
     form = tuning.choose_form(specs[0], devices, None, compiler_options, updates=sum(updates(s) for s in specs))

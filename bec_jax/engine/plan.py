@@ -3,9 +3,11 @@ call (chunks), and a chunk's grid input.
 
 Points whose models have equal shapes and whose static hyperparameters are equal
 form a group, one compiled program. A group runs in chunks of at most the
-planned size (`plan_chunk`: the memory plan's, or the caller's); the layout
-depends on the spec and the chunk size only, so a point's result depends on
-neither.
+planned size (`plan_chunk`: the memory plan's, or the caller's); a group
+smaller than that runs in one chunk padded to its bucket size
+(`engine.buckets.bucket`), so grids of sizes within a bucket share one
+program. The layout depends on the spec and the chunk size only, so a point's
+result depends on neither.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bec_jax import memory
+from bec_jax.engine.buckets import bucket
 from bec_jax.engine.protocol import round_chunk
 from bec_jax.spec import SweepSpec
 
@@ -83,7 +86,8 @@ def plan_chunk(spec: SweepSpec, chunk_size: int | None = None, n_devices: int = 
 
 def plan(spec: SweepSpec, chunk: int) -> tuple[list[Group], list[Chunk]]:
     """The groups and the chunks of at most `chunk` points each, in group order
-    (a group smaller than `chunk` runs in one chunk of its own size). The layout
+    (a group smaller than `chunk` runs in one chunk, padded to its bucket size
+    but never past `chunk`). The layout
     depends on the spec and `chunk` only; `run_chunks` pads each chunk to a
     multiple of the device count."""
     groups = plan_groups(spec)
@@ -92,11 +96,13 @@ def plan(spec: SweepSpec, chunk: int) -> tuple[list[Group], list[Chunk]]:
 
 def split(groups: list[Group], chunk: int) -> list[Chunk]:
     """Each group's points in chunks of at most `chunk` (a group smaller than
-    `chunk` in one chunk of its own size), in group order; every front's layout."""
+    `chunk` in one chunk of its bucket size, `bucket(n)`, capped at `chunk`;
+    the padding repeats its last point, computed and discarded), in group
+    order; every front's layout."""
     chunks = []
     for gi, g in enumerate(groups):
         n = len(g.indices)
-        size = min(chunk, n)
+        size = min(chunk, bucket(n))
         for start in range(0, n, size):
             stop = min(start + size, n)
             pos = np.minimum(np.arange(start, start + size), stop - 1)

@@ -18,7 +18,6 @@ from collections import OrderedDict
 from typing import NamedTuple
 
 import jax
-import numpy as np
 
 from bec_jax import metrics
 from bec_jax.mdp import fingerprint
@@ -154,9 +153,9 @@ def on_cpu(devices) -> bool:
 
 
 # Compiled programs kept in this process, so a sweep run again with another base
-# seed (a confirmation on fresh seeds, say), or a chunk shape seen before, skips
-# compiling: the seed is an argument of the program, everything else that shapes
-# it is in the key. The least recently used are dropped beyond MAX_EXECUTABLES.
+# seed (a confirmation on fresh seeds, say) or other step sizes, or a chunk shape
+# seen before, skips compiling: the seed and the grid's values are arguments of
+# the program, everything else that shapes it is in the key. The least recently used are dropped beyond MAX_EXECUTABLES.
 MAX_EXECUTABLES = 32
 _EXECUTABLES: OrderedDict = OrderedDict()
 _EXECUTABLES_LOCK = threading.Lock()  # sweeps may run in threads (the reproductions do)
@@ -191,19 +190,26 @@ def memo_put(memo, hit) -> None:
 
 
 def memo_key(spec, group, size: int, devices, form: KernelForm, kind: str) -> tuple:
-    """What a compiled chunk program depends on: the spec but its base seed, the
-    group's models (by content), the algorithm's functions (and whether it
-    shares its scalars), the metrics' builders (a metric registered again under
-    its name bakes other constants into the program), the chunk size, the
-    devices, the program's form (its compiler options included) and `kind`, the
-    front that made the program."""
+    """What a compiled chunk program depends on: the spec but its base seed and
+    its grid's values (traced inputs; the names of its columns stay), the
+    group's static hyperparameters and models (by content), the algorithm's
+    functions (and whether it shares its scalars), the metrics' builders (a
+    metric registered again under its name bakes other constants into the
+    program), the chunk size, the devices, the program's form (its compiler
+    options included) and `kind`, the front that made the program. So a sweep
+    with other step sizes, or another grid size in the same bucket, reuses it."""
     d = spec.to_dict()
     d.pop("seed", None)
+    for field in ("hyperparameters", "env_params"):  # values traced, or in the models and group.static
+        if isinstance(d.get(field), dict):
+            d[field] = sorted(d[field])
+    if d.get("points") is not None:
+        d["points"] = sorted({name for p in d["points"] for name in p})
     alg = spec.algorithm_def
     models = tuple(fingerprint(m) for m in group.models)
     builders = tuple(id(metrics.metric_def(m).build) for m in getattr(spec, "metrics", ()))
     return (json.dumps(d, sort_keys=True, default=str), models, id(alg.init), id(alg.update), builders,
-            getattr(alg, "shares_scalars", False), group.static, tuple(np.asarray(group.indices).tolist()), size,
+            getattr(alg, "shares_scalars", False), group.static, len(group.models), size,
             tuple(dev.id for dev in devices), json.dumps(form._asdict(), default=str), kind)
 
 
