@@ -109,6 +109,16 @@ def enable_compilation_cache() -> None:
         pass  # a read-only home only costs the cache
 
 
+def _timing_note(meta: dict) -> str:
+    """': trace 0.31 s, XLA 1.20 s (cache miss); import 1.9 s' from a run's
+    meta `timing` (`engine.clock.timing`); '' when nothing compiled."""
+    t = meta.get("timing") or {}
+    if not t.get("programs"):
+        return ""
+    imp = f"; import {t['import_s']:.1f} s" if t.get("import_s") is not None else ""
+    return f": trace {t['trace_s']:.2f} s, XLA {t['compile_s']:.2f} s (cache {t['cache']}){imp}"
+
+
 def _watchdog(args, out: str, hint: str):
     """The stall watchdog of a long command (`bec_jax.watchdog`), started once
     JAX is set up (its default depends on the backend)."""
@@ -193,8 +203,8 @@ def cmd_run(args) -> int:
         resumed = ""
     programs = f", {m['num_programs']} programs" if m["num_programs"] > 1 else ""
     print(f"{spec.env} / {spec.algorithm}: {result.num_points} grid points x {spec.seeds} seeds x "
-          f"{spec.steps} steps in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile{programs})"
-          f"{speed}{resumed}")
+          f"{spec.steps} steps in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile{programs}"
+          f"{_timing_note(m)}){speed}{resumed}")
     fm = result.final_mean()[b]
     exact = result.exact_verdicts([b])[0]
     print(f"best by AUC: {result.point(b)}  final {spec.metrics[0]} = {fm:.4g}, "
@@ -213,7 +223,7 @@ def cmd_control(args) -> int:
     m = result.meta
     print(f"{result.task} / {result.algorithm}: {result.num_points} grid points x {result.seeds} seeds x "
           f"{result.episodes} episodes ({m['logged_steps']:,} steps) in {m['run_time_s']:.2f} s "
-          f"(+ {m['compile_time_s']:.2f} s compile)")
+          f"(+ {m['compile_time_s']:.2f} s compile{_timing_note(m)})")
     try:
         # By return, the objective on every task (on the built-in ones each step
         # costs -1, so it also ranks by steps per episode; on CartPole more is better).
@@ -437,7 +447,9 @@ def main(argv=None) -> int:
     if getattr(args, "confirm_seeds", None) is not None and args.confirm_seeds < 2:
         return _error(f"confirm_seeds: at least 2 seeds (for an interval), got {args.confirm_seeds}")
     use_all_cpu_cores()
+    from bec_jax.engine import clock
     from bec_jax.runner import AlgorithmFailed, Interrupted
+    clock.note_import()  # meta.json's timing: the start-up before the command's work
     _quiet_callback_failures()
     try:
         if getattr(args, "distributed", None):

@@ -58,8 +58,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.linalg
-import scipy.sparse.linalg as spla
 
 from bec_jax import algorithms as algorithms_lib
 from bec_jax import mdp as mdp_lib
@@ -393,6 +391,7 @@ def _radius(system: JumpSystem, force: str | None = None) -> tuple[float, str]:
         return 0.0, "dense"
     if (force or ("dense" if dim <= DENSE_MAX else "arnoldi")) == "dense":
         return float(np.abs(np.linalg.eigvals(_sym_matrix(system))).max()), "dense"
+    import scipy.sparse.linalg as spla  # here, not at import: scipy is 0.3-0.7 s of the CLI's start-up
     shape = (M, n, n)
     op = spla.LinearOperator((M * n * n,) * 2, dtype=np.float64,
                              matvec=lambda v: system.second_moment(v.reshape(shape)).ravel())
@@ -423,6 +422,7 @@ def _stationary(system: JumpSystem, V: np.ndarray) -> Stationary:
         z = np.linalg.solve(np.eye(len(rhs)) - _sym_matrix(system), rhs).reshape(M, -1)
         Z = z[:, full]
     else:
+        import scipy.sparse.linalg as spla
         op = spla.LinearOperator((M * n * n,) * 2, dtype=np.float64,
                                  matvec=lambda v: v - system.second_moment(v.reshape(M, n, n)).ravel())
         sol, info = spla.gmres(op, C2.ravel(), rtol=1e-10, restart=100, maxiter=50)
@@ -489,6 +489,7 @@ def stationary_metric(ms: MeanSquare, R: np.ndarray, h: np.ndarray, rows: slice)
         return None
     R = np.asarray(R, np.float64)
     h = np.asarray(h, np.float64)
+    import scipy.linalg
     N = scipy.linalg.null_space(ms.basis.T) if ms.neutral else np.zeros((ms.basis.shape[0], 0))
     if N.size and np.abs(R @ N[rows]).max() > 1e-8 * max(1.0, np.abs(R).max()):
         return None

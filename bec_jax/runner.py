@@ -33,6 +33,7 @@ import traceback
 import numpy as np
 
 from bec_jax import memory, watchdog
+from bec_jax.engine import clock
 from bec_jax.files import LOG_LAYOUT, open_log, write_json
 from bec_jax.results import SweepResult
 from bec_jax.rundir import (  # noqa: F401  (re-exported: the runner's names for its callers)
@@ -158,7 +159,8 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
                chunk_size: int | None = None, devices=None, stop: StopOnSignal | None = None,
                part: tuple[int, int] | None = None, **sweep_kwargs) -> SweepResult | dict:
     """Runs `spec` into the directory `out` (curves.npz, summary.json,
-    summary.csv, meta.json) and returns the result.
+    summary.csv, meta.json, its `timing` the process's import and this run's
+    trace, compile and run seconds: `engine.clock.timing`) and returns the result.
 
     Args:
       spec: what to run; None with `resume=True` takes the interrupted run's spec.
@@ -214,11 +216,13 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
         done = {}
     total = front.num_chunks(spec, chunk)
     on_chunk, count = _saving(store, writer, stop, total - len(done), len(done), total)
+    snap, t0 = clock.snapshot(), time.perf_counter()
     try:
         result = front.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
                                  memory_plan=pl, out=out, outputs=store if writer else None,
                                  alloc=_log_alloc(out) if pl.lazy and writer else None,
                                  on_segment=_segment_stop(stop, count, total), **sweep_kwargs)
+        result.meta["timing"] = clock.timing(snap, result.meta["run_time_s"], time.perf_counter() - t0)
         if writer:
             result.save(out)
     except Interrupted as e:

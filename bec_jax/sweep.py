@@ -42,7 +42,7 @@ import jax
 import numpy as np
 
 from bec_jax import memory
-from bec_jax.engine import execute, tuning
+from bec_jax.engine import clock, execute, tuning
 from bec_jax.engine.execute import BlockProgress, ChunkRun, MemoryOutputs, fetch, place, placements, run_chunks
 from bec_jax.engine.plan import Chunk, Group, chunk_grid, num_chunks, pad, plan, plan_chunk, plan_groups
 from bec_jax.engine.programs import (Program, SegmentPrograms, make_joint_program, make_program,
@@ -351,7 +351,7 @@ def _run_joint(specs: list, plans: list, devices, compiler_options: dict | None)
         program = make_joint_program(list(zip(specs, groups, sizes)), devices, form)
         placed = placements(program.mesh, devices[0])
         args = inputs(placed)
-        hit, made = (program.fn.lower(*args).compile(form.compiler_options), placed), 1
+        hit, made = (clock.compile_program(program.fn, args, form.compiler_options), placed), 1
         memo_put(memo, hit)
     else:
         args = inputs(hit[1])

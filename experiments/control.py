@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from bec_jax import plotting, provenance
+from bec_jax import plotting
 from bec_jax.control import plotting as cplot
 from bec_jax.control import sweep
 from bec_jax.control.results import ControlResult
@@ -367,7 +367,8 @@ def report_markdown(sel, conf, rows, comps, same, shift_rows, timing, quick) -> 
         s.append(f"| {r['task']} | {r['shift']:.4g} | {ci('cq')} | {ci('q_shift')} | {ci('q')} | "
                  f"{r['diff']:+.3g} [{lo:+.3g}, {hi:+.3g}] | {reading} |")
     s.append("")
-    s.append(f"## Time\n\n{timing['device']}: {timing['programs']} programs, compile {timing['compile_s']:.1f} s, "
+    s.append(f"## Time\n\n{timing['device']}: {timing['programs']} programs, trace {timing['trace_s']:.1f} s, "
+             f"compile {timing['compile_s']:.1f} s (persistent cache: {timing['cache']}), "
              f"run {timing['run_s']:.1f} s, {timing['steps']:,} environment steps in all; "
              f"total {timing['total_s']:.1f} s.\n")
     return "\n".join(s)
@@ -393,10 +394,7 @@ def reproduce(out_dir: str = os.path.join("results", "control"), quick: bool = F
     # Each program once: an algorithm whose grid had one point is its own confirmation.
     allr = list({id(r): r for d in (sel, conf) for by in d.values() for r in by.values() if r is not None}.values())
     allr += list(shifted.values())
-    compile_s, run_s = cost_seconds(r.meta for r in allr)
-    programs = sum(r.meta.get("compiled_programs", 0) for r in allr)
-    timing = {"device": provenance.describe(allr[0].meta), "programs": programs, "compile_s": compile_s,
-              "run_s": run_s, "steps": sum(r.meta["logged_steps"] for r in allr), "total_s": run.elapsed()}
+    timing = {**run.timing(r.meta for r in allr), "steps": sum(r.meta["logged_steps"] for r in allr)}
     run.write_table(rows, table_markdown(rows))
     shift_rows = shift_table(conf, shifted)
     report = report_markdown(sel, conf, rows, comps, same, shift_rows, timing, quick)

@@ -693,7 +693,8 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=N
     if quick:
         s.append("> **--quick run**: few seeds, short runs and small grids. A smoke test, not evidence.\n")
     s.append(f"Run on {timing['device']} with JAX {jax.__version__}: {timing['total_s']:.1f} s in all "
-             f"(compiling {timing['compile_s']:.1f} s and running {timing['run_s']:.1f} s, summed over the sweeps, "
+             f"(tracing {timing['trace_s']:.1f} s, compiling {timing['compile_s']:.1f} s and running "
+             f"{timing['run_s']:.1f} s, summed over the sweeps, "
              "two of which compile or run at a time; the rest analysis and figures). Error: RMSCBE from the model in closed form; each algorithm's step sizes "
              "chosen by the lowest area under its mean curve among settings with no diverged seed, then run again "
              f"on fresh seeds (base seed {CONFIRM_SEED}) for the intervals.\n")

@@ -26,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 import jax
 
 from bec_jax import plotting, provenance
+from bec_jax.engine import clock
 from bec_jax.files import atomic_write, csv_text, read_meta, write_json
 
 META = "meta.json"
@@ -76,7 +77,7 @@ class Reproduction:
 
     def __init__(self, kind: str, out_dir: str, quick: bool = False, log=print):
         self.kind, self.out_dir, self.quick, self.log = kind, out_dir, quick, log
-        self.start = time.perf_counter()
+        self.start, self.clock = time.perf_counter(), clock.snapshot()
         os.makedirs(out_dir, exist_ok=True)
         write_json(self.path(META), {"kind": kind, "complete": False, "quick": quick})
         log(f"{kind}{' --quick' if quick else ''}: {jax.devices()[0].platform} "
@@ -92,12 +93,16 @@ class Reproduction:
 
     def timing(self, costs) -> dict:
         """The timing record: the machine (named by the first of `costs`, a
-        result's meta), compile and run seconds summed over `costs` (see
-        `cost_seconds`), and the total so far (`finish` updates it)."""
+        result's meta); the process's import seconds, and the trace and XLA
+        compile seconds of every program compiled since the start, summed over
+        threads, with the persistent cache's hits (`engine.clock.timing`); the
+        run seconds summed over `costs` (see `cost_seconds`) and the total so
+        far (`finish` updates it). `sweeps_compile_s`: the sweeps' own compile
+        seconds summed over `costs` (trace and compile, as they report them)."""
         costs = list(costs)
         compile_s, run_s = cost_seconds(costs)
-        return {"device": provenance.describe(costs[0]), "compile_s": compile_s, "run_s": run_s,
-                "total_s": self.elapsed()}
+        return {"device": provenance.describe(costs[0]), **clock.timing(self.clock, run_s, self.elapsed()),
+                "sweeps_compile_s": compile_s}
 
     def write_text(self, name: str, text: str) -> None:
         """Writes `text` to `name` in the output directory."""
@@ -123,6 +128,7 @@ class Reproduction:
                 "timing": timing, **records}
         write_json(self.path(META), meta)  # non-finite numbers as null
         self.log(table)
-        self.log(f"done in {timing['total_s']:.1f} s ({how}compile {timing['compile_s']:.1f} s, "
-                 f"run {timing['run_s']:.1f} s); see {self.out_dir}/{REPORT}")
+        self.log(f"done in {timing['total_s']:.1f} s ({how}trace {timing['trace_s']:.1f} s, compile "
+                 f"{timing['compile_s']:.1f} s (cache {timing['cache']}), run {timing['run_s']:.1f} s); "
+                 f"see {self.out_dir}/{REPORT}")
         return meta

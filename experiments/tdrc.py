@@ -459,7 +459,8 @@ def report_markdown(results, rows, stab, tab_fix, two_state, timing, quick) -> s
     s = ["# Ghiassian et al. (2020), prediction: reproduced, with centered methods\n"]
     if quick:
         s.append("> **--quick run**: few runs, short runs and small grids. A smoke test, not evidence.\n")
-    s.append(f"Run on {timing['device']}: {timing['total_s']:.1f} s in all ({timing['compile_s']:.1f} s compiling, "
+    s.append(f"Run on {timing['device']}: {timing['total_s']:.1f} s in all ({timing['trace_s']:.1f} s tracing, "
+             f"{timing['compile_s']:.1f} s compiling, "
              f"{timing['run_s']:.1f} s running sweeps). Error: RMSPBE from the model in closed form, "
              f"{results['baird']['td'].seeds} runs per setting.\n")
     s.append("## Set-up and deviations\n")

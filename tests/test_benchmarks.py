@@ -209,6 +209,24 @@ def test_reproduce_time_script_smoke(tmp_path):
     assert "empty compilation cache" in out
 
 
+def test_latency_script_smoke(tmp_path):
+    import shutil
+    if shutil.which("git") is None or subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO,
+                                                      capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    out = _run(["-m", "benchmarks.latency", "--ref", "HEAD"], tmp_path)
+    d = json.loads((tmp_path / "latency_smoke.json").read_text())
+    _machine_ok(d)
+    assert len(d["ref"]) == 40 and d["smoke"] is True and d["rounds"] == 1
+    for tree in ("ref", "work"):
+        (sweep,), (first,) = d["results"][tree]["sweep"], d["results"][tree]["first_compile"]
+        assert sweep["value"] == sweep["wall_s"] > 0 and 0 < first["value"] < first["wall_s"]
+    # This tree's run records its start-up, trace, compile (an empty cache: a miss) and run.
+    t = d["results"]["work"]["sweep"][0]["timing"]
+    assert t["cache"] == "miss" and t["programs"] == 1 and t["import_s"] > 0 and t["run_s"] > 0
+    assert "| measurement | ref " in out and out.count("\n| ") >= 3
+
+
 # ---------------------------------------------------------------- the C prototype (issue 15)
 
 needs_cc = pytest.mark.skipif(not __import__("benchmarks.kernel_prototype").kernel_prototype.can_build(),

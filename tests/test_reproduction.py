@@ -28,7 +28,11 @@ def test_a_run_marks_its_directory_from_the_start_and_completes_it(tmp_path):
              {"compile_time_s": 2.0, "run_time_s": 0.5}]
     assert cost_seconds(costs) == (3.0, 0.75)
     timing = run.timing(costs)
-    assert list(timing) == ["device", "compile_s", "run_s", "total_s"] and timing["compile_s"] == 3.0
+    assert list(timing) == ["device", "import_s", "trace_s", "compile_s", "programs", "cache", "cache_hits", "run_s",
+                            "total_s", "sweeps_compile_s"]
+    # Nothing compiled since the run started: the clock's seconds are zero, the sweeps' own summed.
+    assert (timing["trace_s"], timing["compile_s"], timing["programs"], timing["cache"]) == (0.0, 0.0, 0, "none")
+    assert timing["sweeps_compile_s"] == 3.0 and timing["run_s"] == 0.75
     assert timing["device"] == provenance.describe()
 
     meta = run.finish("# report\n", timing, {"table": rows, "x": float("inf")}, "TABLE", how="summed: ")
@@ -37,8 +41,8 @@ def test_a_run_marks_its_directory_from_the_start_and_completes_it(tmp_path):
     assert saved["kind"] == meta["kind"] and saved["complete"] is True and saved["quick"] is True
     assert list(saved)[-4:] == ["quick", "timing", "table", "x"] and saved["x"] is None  # strict JSON
     assert "jax_version" in saved and saved["timing"]["total_s"] > 0
-    assert lines[-2] == "TABLE" and lines[-1].startswith("done in ") and "(summed: compile 3.0 s, run 0.8 s)" \
-        in lines[-1]
+    assert lines[-2] == "TABLE" and lines[-1].startswith("done in ") and \
+        "(summed: trace 0.0 s, compile 0.0 s (cache none), run 0.8 s)" in lines[-1]
 
 
 def test_each_reproduction_recognises_only_its_own_output(tmp_path):

@@ -26,7 +26,7 @@ from bec_jax import memory
 from bec_jax.control import program
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
-from bec_jax.engine import execute, tuning
+from bec_jax.engine import clock, execute, tuning
 from bec_jax.engine.buckets import bucket
 from bec_jax.engine.layout import state_axes
 from bec_jax.engine.plan import Group, split
@@ -305,7 +305,8 @@ def _run_joint(specs: list, devices, compiler_options: dict | None, progress: bo
     if hit is None:
         prog = program.make_program(list(specs), sizes_, devices, on_block=bar)
         placed = execute.placements(prog.mesh, devices[0])
-        hit, made = (prog.fn.lower(*_inputs(specs[0], grids, placed)).compile(form.compiler_options), placed), 1
+        hit, made = (clock.compile_program(prog.fn, _inputs(specs[0], grids, placed), form.compiler_options),
+                     placed), 1
         if bar is None:
             memo_put(memo, hit)
     args = _inputs(specs[0], grids, hit[1])

@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bec_jax import memory
-from bec_jax.engine import tuning
+from bec_jax.engine import clock, tuning
 from bec_jax.engine.plan import Chunk, Group, pad
 from bec_jax.engine.programs import GRID_AXIS, make_segment_programs, segment_mesh
 from bec_jax.engine.seed_stats import combine_seeds
@@ -271,10 +271,10 @@ def _segment_programs(spec, group: Group, size: int, devices, plan_seeds: int, b
                                              carry_shape, sp.carry_sharding(carry_shape))
     opts = form.compiler_options
     progs.update(
-        start=sp.start.lower(seed_dev, grid, off).compile(opts),
-        advance={n: q.advance.lower(seed_dev, grid, off, carry_shape, np.int32(0)).compile(opts)
+        start=clock.compile_program(sp.start, (seed_dev, grid, off), opts),
+        advance={n: clock.compile_program(q.advance, (seed_dev, grid, off, carry_shape, np.int32(0)), opts)
                  for n, q in sps.items()},
-        finish=sp.finish.lower(seed_dev, grid, off, carry_shape).compile(opts))
+        finish=clock.compile_program(sp.finish, (seed_dev, grid, off, carry_shape), opts))
     return progs, 2 + len(lengths)
 
 
@@ -384,7 +384,7 @@ def _compile(spec, group: Group, c: Chunk, devices, form, lay: _Layout, make_pro
     if lay.segmented:
         exe, made = _segment_programs(spec, group, size, devices, lay.seeds, lay.blocks, seed_dev, grid, form)
     else:
-        exe, made = program.fn.lower(seed_dev, grid).compile(form.compiler_options), 1
+        exe, made = clock.compile_program(program.fn, (seed_dev, grid), form.compiler_options), 1
     memo_put(memo, (exe, placed))
     return exe, placed, grid, made
 
