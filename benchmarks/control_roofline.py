@@ -35,8 +35,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -101,13 +99,7 @@ def measure(task: str, runs: int, steps: int, repeats: int) -> dict:
         return jax.lax.scan(lambda c, t: (one(c, t), None), c, jnp.arange(steps, dtype=jnp.int32))[0]
 
     many = jax.jit(scanned).lower(carry).compile(opts)
-    jax.block_until_ready(many(carry))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(many(carry))
-        times.append(time.perf_counter() - t0)
-    t = statistics.median(times) / steps
+    t = roofline._timed(many, carry, repeats) / steps
     return {"task": task, "runs": runs, "weights": int(sh.d), "flops_per_run_step": cost.get("flops", 0.0) / runs,
             "bytes_per_run_step": cost.get("bytes accessed", 0.0) / runs, "touched_bytes": touched,
             "actions": int(A), "active": int(k), "thunks_per_step": thunks,
