@@ -155,7 +155,8 @@ def on_cpu(devices) -> bool:
 # Compiled programs kept in this process, so a sweep run again with another base
 # seed (a confirmation on fresh seeds, say) or other step sizes, or a chunk shape
 # seen before, skips compiling: the seed and the grid's values are arguments of
-# the program, everything else that shapes it is in the key. The least recently used are dropped beyond MAX_EXECUTABLES.
+# the program, everything else that shapes it is in the key. The least recently
+# used are dropped beyond MAX_EXECUTABLES.
 MAX_EXECUTABLES = 32
 _EXECUTABLES: OrderedDict = OrderedDict()
 _EXECUTABLES_LOCK = threading.Lock()  # sweeps may run in threads (the reproductions do)
