@@ -480,6 +480,23 @@ def mean_square(env: FiniteMDP, alg, hyperparameters: dict, sampler: str = "mark
     return analyse(jump_system(env, alg, hyperparameters, sampler), sampler, tol, stationary=stationary)
 
 
+def label(env: FiniteMDP, alg, hyperparameters: dict, sampler: str = "markov") -> str:
+    """`mean_square(...).label`, computed with only what the label needs: the
+    mean's radius first, and the second moment's only where the mean is
+    stable; never the stationary moments. The same label as `mean_square`'s
+    (the same reduction, radii and tolerances), at a fraction of the cost
+    where the mean diverges (a grid's large step sizes): a sweep's summary
+    labels every point of a small grid (`results.SweepResult.summary`)."""
+    system = jump_system(env, alg, hyperparameters, sampler)
+    V, _ = neutral_basis(system)
+    red = _reduced(system, V)
+    mean_radius = float(np.abs(np.linalg.eigvals(red.first_moment_matrix())).max(initial=0.0))
+    if not mean_radius <= 1.0 + MARGINAL_TOL:
+        return "diverges in mean"
+    radius, _ = _radius(red)
+    return "stable in mean square" if radius <= 1.0 + MARGINAL_TOL else "mean stable, variance grows"
+
+
 def stationary_metric(ms: MeanSquare, R: np.ndarray, h: np.ndarray, rows: slice) -> float | None:
     """sqrt(E[||R theta + h||^2]) in the stationary regime, theta = x[rows] (the
     RMS of a metric of `analysis.metric`, e.g. the expected RMSCBE floor at a

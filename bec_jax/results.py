@@ -51,6 +51,38 @@ from bec_jax.stats import t_interval, t_quantile
 EXACT_SUMMARY_POINTS = 64
 
 
+def _label_requests(spec: SweepSpec, points: list, indices) -> list:
+    """(model, algorithm, hyperparameters, sampler) of `verdicts.exact_label`
+    for grid points `indices` of `spec` (`points`: their grid values)."""
+    mdps = spec.point_mdps()
+    names = spec.algorithm_def.names
+    return [(mdps[i], spec.algorithm, {n: v for n, v in p.items() if n in names}, spec.sampler)
+            for i, p in zip(indices, points)]
+
+
+def exact_verdict_requests(spec: SweepSpec) -> list:
+    """The `verdicts.exact_label` calls (model, algorithm, hyperparameters,
+    sampler) that the summary of `spec`'s result will make
+    (`SweepResult.summary`: a grid of at most `EXACT_SUMMARY_POINTS` points at
+    constant step sizes), in grid order; [] when it will make none."""
+    if spec.schedule.kind != "constant" or spec.num_points > EXACT_SUMMARY_POINTS:
+        return []
+    grid = spec.grid_arrays()
+    points = [{n: (v[i].item() if isinstance(v[i], np.generic) else v[i]) for n, v in grid.items()}
+              for i in range(spec.num_points)]
+    return _label_requests(spec, points, range(spec.num_points))
+
+
+def prefetch_exact_verdicts(spec: SweepSpec):
+    """Starts the exact verdicts that the summary of `spec`'s result will carry
+    (`exact_verdict_requests`) in a background thread
+    (`verdicts.prefetch_labels`), to run while the sweep compiles and runs.
+    Returns its handle, whose `close()` the caller calls once the summary is
+    written; None when the summary will carry none."""
+    requests = exact_verdict_requests(spec)
+    return verdicts.prefetch_labels(requests) if requests else None
+
+
 @dataclass
 class SweepResult:
     """Everything one sweep reports.
@@ -258,13 +290,7 @@ class SweepResult:
         spec = self.spec
         if spec is None or spec.schedule.kind != "constant":
             return [None for _ in idx]
-        mdps = spec.point_mdps()
-        names = spec.algorithm_def.names
-        out = []
-        for i in idx:
-            hp = {n: v for n, v in self.point(i).items() if n in names}
-            out.append(verdicts.exact_label(mdps[i], spec.algorithm, hp, spec.sampler))
-        return out
+        return [verdicts.exact_label(*req) for req in _label_requests(spec, [self.point(i) for i in idx], idx)]
 
     def summary(self, metric: str | None = None) -> list[dict]:
         """One record per grid point: env, algorithm, the grid columns,

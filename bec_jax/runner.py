@@ -32,7 +32,7 @@ import traceback
 
 import numpy as np
 
-from bec_jax import memory, watchdog
+from bec_jax import memory, results, watchdog
 from bec_jax.engine import clock
 from bec_jax.files import LOG_LAYOUT, open_log, write_json
 from bec_jax.results import SweepResult
@@ -217,6 +217,9 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     total = front.num_chunks(spec, chunk)
     on_chunk, count = _saving(store, writer, stop, total - len(done), len(done), total)
     snap, t0 = clock.snapshot(), time.perf_counter()
+    # The summary's exact verdicts depend on the spec alone: worked out while
+    # the sweep compiles and runs.
+    labels = results.prefetch_exact_verdicts(spec) if writer and isinstance(spec, SweepSpec) else None
     try:
         result = front.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
                                  memory_plan=pl, out=out, outputs=store if writer else None,
@@ -235,6 +238,9 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
             _discard(store, out, created)
         _raise_contained(e, spec, _saved_note(count["saved"], total, store) if kept else "")
         raise
+    finally:
+        if labels is not None:
+            labels.close()
     if writer:
         store.remove()
     return result

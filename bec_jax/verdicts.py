@@ -28,6 +28,7 @@ the two failed: "diverges" (in mean) or "mean stable, variance grows".
 from __future__ import annotations
 
 import math
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -123,21 +124,82 @@ def mean_square_for(env, algorithm, hyperparameters: dict, sampler: str = "marko
 
 
 _LABELS: dict = {}  # (model fingerprint, algorithm, step sizes, sampler) -> label: `exact_label`'s cache
+_PENDING: dict = {}  # key -> threading.Event of a label being computed (`exact_label` in another thread)
+_LABELS_LOCK = threading.Lock()
 
 
 def exact_label(env, algorithm: str, hyperparameters: dict, sampler: str = "markov") -> str | None:
     """The exact mean-square label of the algorithm on `env` at these constant
-    step sizes (`mean_square_for(...).label`), cached per model, algorithm, step
-    sizes and sampler; None where the analysis does not apply (a trace method)."""
+    step sizes (`mean_square_for(...).label`, computed by `mean_square.label`),
+    cached per model, algorithm, step sizes and sampler; None where the
+    analysis does not apply (a trace method). A label another thread is
+    computing (`prefetch_labels`) is waited for, not computed twice."""
     from bec_jax import mdp  # the model's fingerprint; JAX only when a model is analysed
 
     key = (mdp.fingerprint(env), algorithm, tuple(sorted(hyperparameters.items())), sampler)
-    if key not in _LABELS:
-        try:
-            _LABELS[key] = mean_square_for(env, algorithm, hyperparameters, sampler).label
-        except ValueError:  # trace methods and the like: no exact second moment
-            _LABELS[key] = None
-    return _LABELS[key]
+    with _LABELS_LOCK:
+        if key in _LABELS:
+            return _LABELS[key]
+        pending = _PENDING.get(key)
+        if pending is None:
+            _PENDING[key] = threading.Event()
+    if pending is not None:
+        pending.wait()
+        with _LABELS_LOCK:
+            if key in _LABELS:
+                return _LABELS[key]
+        return exact_label(env, algorithm, hyperparameters, sampler)  # the other thread failed
+    try:
+        from bec_jax import mean_square
+        label = mean_square.label(env, algorithm, hyperparameters, sampler)
+    except ValueError:  # trace methods and the like: no exact second moment
+        label = None
+    finally:
+        with _LABELS_LOCK:
+            event = _PENDING.pop(key)
+        event.set()
+    with _LABELS_LOCK:
+        _LABELS[key] = label
+    return label
+
+
+class Prefetch:
+    """A background thread that makes calls whose results land in caches
+    (`prefetch_labels`): `close()` stops it after the call under way and
+    waits for it (call it in a `finally`: a run that fails does not wait for
+    the rest of the analysis)."""
+
+    def __init__(self, calls: list):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, args=(calls,), name="bec-jax-analysis")
+        self._thread.start()
+
+    def _work(self, calls: list) -> None:
+        for fn, args in calls:
+            if self._stop.is_set():
+                return
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - the later call computes it again and reports
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def prefetch_labels(requests, warm=()) -> Prefetch:
+    """Computes `exact_label(*request)` for each of `requests` (an iterable of
+    (env, algorithm, hyperparameters, sampler)) in a background thread, so
+    that a later `exact_label` finds them done or waits for the one under
+    way: a sweep's summary labels every point of a small grid, and the
+    analysis (NumPy and small JAX programs) can run while the sweep's own
+    program compiles and runs, which hold the GIL little. `warm`: (env,
+    algorithm, hyperparameters) of `exact_for` calls to make after them, each
+    compiling the expected update's program of its model and algorithm once.
+    Anything the thread fails at is left to the later call, which computes
+    it again."""
+    return Prefetch([(exact_label, tuple(r)) for r in requests] + [(exact_for, tuple(w)) for w in warm])
 
 
 def curve_trend(curve, diverged: bool) -> str:

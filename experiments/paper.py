@@ -20,6 +20,7 @@ from bec_jax.experiments import theory
 from bec_jax.experiments.grids import PAPER, QUICK, QUICK_SEEDS  # Appendix A's grids
 from bec_jax.experiments.reproduction import Reproduction, figure_workers, is_output, sweep_threads
 from bec_jax.plotting import save_figure
+from bec_jax import results as results_lib
 from bec_jax.results import SweepResult
 from bec_jax.spec import SweepSpec
 
@@ -336,18 +337,48 @@ def render_sensitivity(env: str, results: dict[str, SweepResult], out_dir: str) 
 
 # ------------------------------------------------------------------ verdicts
 
+_EXACT: dict = {}  # (env, algorithm, point) -> verdicts.Exact: `exact_at`'s cache
+
+
+def exact_at(env: str, alg: str, point: dict) -> verdicts.Exact:
+    """`verdicts.exact_for` of `alg` on the paper's environment `env` at a grid
+    point, kept: the report asks for every grid point's, the table for the
+    chosen ones, and a background thread may have worked them out already
+    (`analysis_calls`)."""
+    key = (env, alg, tuple(sorted(point.items())))
+    hit = _EXACT.get(key)
+    if hit is None:
+        hit = _EXACT[key] = verdicts.exact_for(envs.make(env), alg, point)
+    return hit
+
+
+def analysis_calls(specs: dict) -> list:
+    """The exact analysis that depends on the sweeps' specs alone ({env: {alg:
+    spec}}), in the order the main thread will ask for it, as (function,
+    args) calls for a background thread (`verdicts.Prefetch`) to make while
+    the sweeps compile: the summary labels (`results.exact_verdict_requests`),
+    then every grid point's expected-update verdict (`exact_at`)."""
+    calls = [(verdicts.exact_label, req) for by_alg in specs.values() for alg in ALGORITHMS
+             for req in results_lib.exact_verdict_requests(by_alg[alg])]
+    for env, by_alg in specs.items():
+        for alg in ALGORITHMS:
+            grid = by_alg[alg].grid_arrays()
+            calls += [(exact_at, (env, alg, {n: v[i].item() for n, v in grid.items()}))
+                      for i in range(by_alg[alg].num_points)]
+    return calls
+
+
 def exact_verdicts(r: SweepResult) -> list:
     """`verdicts.Exact` of every grid point: the expected-update matrix of the
     algorithm's whole state at that point's step sizes (stable or not, the
     slowest rate, the steps to shrink by 1e-3)."""
-    env = envs.make(r.env)
-    return [verdicts.exact_for(env, r.algorithm, r.point(i)) for i in range(r.num_points)]
+    return [exact_at(r.env, r.algorithm, r.point(i)) for i in range(r.num_points)]
 
 
 def point_verdict(r: SweepResult, i: int, ex=None) -> verdicts.Verdict:
     """The verdict of grid point i from the exact analysis together with its mean
     RMSCBE curve (`bec_jax.verdicts.verdict`: the label and a reason naming both)."""
-    ex = ex if ex is not None else verdicts.exact_for(envs.make(r.env), r.algorithm, r.point(i))
+    ex = ex if ex is not None else exact_at(r.env, r.algorithm, r.point(i))
     return verdicts.verdict(ex, r.mean[0, i], int(r.steps[-1]), bool(r.diverged_fraction[i] > 0))
 
 
@@ -376,7 +407,7 @@ def table_rows(results) -> list[dict]:
                 "auc": float(r.auc()[b]) if np.isfinite(r.auc()[b]) else None,
                 "diverged_fraction": float(r.diverged_fraction[b]),
             })
-            ex = verdicts.exact_for(envs.make(env), alg, p)
+            ex = exact_at(env, alg, p)
             v = point_verdict(r, b, ex)
             rows[-1].update({
                 "stable": ex.stable, "growth_rate": ex.growth, "slowest_rate": ex.slowest,
@@ -391,7 +422,8 @@ def _mean_square_fields(env: str, alg: str, r: SweepResult, p: dict) -> dict:
     """The exact mean-square analysis of a chosen point under the run's sampler
     (`mean_square.mean_square`): the new columns of the table."""
     sampler = r.spec_dict.get("sampler", "markov")
-    ms = mean_square.mean_square(envs.make(env), alg, {n: p[n] for n in algorithms.get(alg).names}, sampler)
+    ms = mean_square.mean_square(envs.make(env), alg, {n: p[n] for n in algorithms.get(alg).names}, sampler,
+                                 stationary=False)  # the columns need the radii only
     return {"ms_sampler": sampler, "ms_mean_radius": ms.mean_radius, "ms_radius": ms.radius,
             "ms_rms_rate": ms.rate, "ms_verdict": ms.label}
 
@@ -829,14 +861,25 @@ def reproduce(out_dir: str = os.path.join("results", "paper"), quick: bool = Fal
     # only in algorithm and step sizes, and a compile costs more than a run), as
     # do its two timescale runs. The programs are submitted at once to two
     # threads, the main sweeps first, as the rest waits on them. Two figure
-    # workers draw the 8 figures while the sweeps compile. Meanwhile the main
-    # thread does the rest of each environment's work as soon as its sweeps are
-    # in: whatever is left after the last compile is the run's tail.
+    # workers draw the 8 figures while the sweeps compile, and a third thread
+    # works out the exact analysis that depends on the specs alone
+    # (`analysis_calls`). Meanwhile the main thread does the rest of each
+    # environment's work as soon as its sweeps are in: whatever is left after
+    # the last compile is the run's tail.
+    specs = {env: env_specs(env, quick) for env in PAPER}
+    prefetch = verdicts.Prefetch(analysis_calls(specs))
+    try:
+        return _reproduce(run, specs, quick, log, mean_square, out_dir)
+    finally:
+        prefetch.close()
+
+
+def _reproduce(run, specs: dict, quick: bool, log, mean_square: bool, out_dir: str) -> dict:
+    """`reproduce`'s work, on its specs ({env: `env_specs`})."""
     results: dict[str, dict[str, SweepResult]] = {}
     together: dict[str, dict[str, SweepResult]] = {}
     rows, conf = [], {}
     with sweep_threads() as threads, figure_workers(__name__) as pool:
-        specs = {env: env_specs(env, quick) for env in PAPER}
         main = {env: threads.submit(sweep.run_many, list(specs[env].values())) for env in PAPER}
         jobs = timescale_jobs(quick)
         ts_f = {env: threads.submit(sweep.run_many, [spec for e, _, spec in jobs if e == env]) for env in PAPER}

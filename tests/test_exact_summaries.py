@@ -60,3 +60,22 @@ def test_run_summary_line_names_the_exact_verdict(tmp_path, capsys):
     saved = json.load(open(tmp_path / "r" / "summary.json"))
     assert all(s["exact_verdict"] == "stable in mean square" for s in saved)
     assert np.isfinite([s["final_mean"] for s in saved]).all()
+
+
+def test_fast_label_is_the_full_analysis_label():
+    """`mean_square.label` (the mean's radius first, the second moment's only
+    where the mean is stable) gives `mean_square(...).label` at points of all
+    three labels, on both samplers."""
+    from bec_jax import mean_square
+    env = envs.make("baird")
+    seen = set()
+    for sampler in ("markov", "iid"):
+        for alpha in (0.001, 0.01, 0.1, 0.5, 2.0):
+            for beta in (0.05, 0.5):
+                hp = {"alpha": alpha, "beta": beta}
+                full = mean_square.mean_square(env, "ctd", hp, sampler)
+                assert mean_square.label(env, "ctd", hp, sampler) == full.label
+                seen.add(full.label)
+        hp = {"alpha": 0.05, "zeta": 0.1}
+        assert mean_square.label(env, "tdc", hp, sampler) == mean_square.mean_square(env, "tdc", hp, sampler).label
+    assert seen == {"stable in mean square", "mean stable, variance grows", "diverges in mean"}

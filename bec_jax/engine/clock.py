@@ -20,10 +20,15 @@ _LISTENING = [False]
 _IMPORT_S: list = [None]
 
 
+_IN_PROGRAM = threading.local()  # .active: this thread is in `compile_program`
+
+
 def _on_event(name: str, **_) -> None:
     key = {"/jax/compilation_cache/compile_requests_use_cache": "cache_requests",
            "/jax/compilation_cache/cache_hits": "cache_hits"}.get(name)
-    if key is not None:
+    # Only a program's own compile: not the small analysis programs another
+    # thread may compile meanwhile (`verdicts.prefetch_labels`).
+    if key is not None and getattr(_IN_PROGRAM, "active", False):
         with _LOCK:
             _TOTALS[key] += 1
 
@@ -43,9 +48,13 @@ def compile_program(fn, args: tuple, options: dict | None):
     to the process's totals."""
     _listen()
     t0 = time.perf_counter()
-    lowered = fn.lower(*args)
-    t1 = time.perf_counter()
-    exe = lowered.compile(options)
+    _IN_PROGRAM.active = True
+    try:
+        lowered = fn.lower(*args)
+        t1 = time.perf_counter()
+        exe = lowered.compile(options)
+    finally:
+        _IN_PROGRAM.active = False
     t2 = time.perf_counter()
     with _LOCK:
         _TOTALS["trace_s"] += t1 - t0
