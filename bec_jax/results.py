@@ -73,14 +73,16 @@ def exact_verdict_requests(spec: SweepSpec) -> list:
     return _label_requests(spec, points, range(spec.num_points))
 
 
-def prefetch_exact_verdicts(spec: SweepSpec):
-    """Starts the exact verdicts that the summary of `spec`'s result will carry
-    (`exact_verdict_requests`) in a background thread
-    (`verdicts.prefetch_labels`), to run while the sweep compiles and runs.
-    Returns its handle, whose `close()` the caller calls once the summary is
-    written; None when the summary will carry none."""
-    requests = exact_verdict_requests(spec)
-    return verdicts.prefetch_labels(requests) if requests else None
+def prefetch_summary(spec: SweepSpec):
+    """Starts, in a background thread (`verdicts.Prefetch`), the work the
+    summary of `spec`'s result will need that depends on the spec alone: the
+    exact verdicts it will carry (`exact_verdict_requests`) and the Student-t
+    quantile of its intervals (the first imports SciPy's special functions),
+    to run while the sweep compiles and runs. Returns the thread's handle,
+    whose `close()` the caller calls once the summary is written."""
+    calls = [(t_quantile, (max(spec.seeds - 1, 1), 0.95))]
+    calls += [(verdicts.exact_label, req) for req in exact_verdict_requests(spec)]
+    return verdicts.Prefetch(calls)
 
 
 @dataclass

@@ -217,9 +217,9 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     total = front.num_chunks(spec, chunk)
     on_chunk, count = _saving(store, writer, stop, total - len(done), len(done), total)
     snap, t0 = clock.snapshot(), time.perf_counter()
-    # The summary's exact verdicts depend on the spec alone: worked out while
-    # the sweep compiles and runs.
-    labels = results.prefetch_exact_verdicts(spec) if writer and isinstance(spec, SweepSpec) else None
+    # What the summary needs of the spec alone (its exact verdicts, its
+    # intervals' quantile): worked out while the sweep compiles and runs.
+    labels = results.prefetch_summary(spec) if writer and isinstance(spec, SweepSpec) else None
     try:
         result = front.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
                                  memory_plan=pl, out=out, outputs=store if writer else None,

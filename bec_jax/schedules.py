@@ -8,8 +8,14 @@ An update called directly (an agent author's own loop) may still receive a
 float or an optax schedule and should call `algorithms.resolve_step(step,
 state.count)`, as every built-in update does (a no-op on a number).
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import jax.numpy as jnp
-import optax
+
+if TYPE_CHECKING:  # optax is imported where a schedule of its own is built: 0.2 s of start-up otherwise
+    import optax
 
 SCHEDULES = ("constant", "robbins_monro")
 
@@ -36,4 +42,5 @@ def robbins_monro(init_value, t0: float, p: float) -> optax.Schedule:
 
 def constant(value: float) -> optax.Schedule:
     """A constant schedule (same as passing the float)."""
+    import optax
     return optax.constant_schedule(value)

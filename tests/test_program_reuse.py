@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bec_jax import sweep
-from bec_jax.engine import tuning
+from bec_jax.engine import program_cache, tuning
 from bec_jax.engine.buckets import bucket
 from bec_jax.spec import ScheduleSpec, SweepSpec
 
@@ -117,13 +117,15 @@ log.addHandler(h); log.setLevel(logging.DEBUG)
 from bec_jax.cli import main
 rc = main(sys.argv[1:])
 meta = json.load(open(sys.argv[sys.argv.index("--out") + 1] + "/meta.json"))
-print(json.dumps({"rc": rc, "compile_time_s": meta["compile_time_s"], **events}))
+print(json.dumps({"rc": rc, "compile_time_s": meta["compile_time_s"], "timing": meta["timing"], **events}))
 """
 
 
-def _cli(tmp_path, name, alphas):
+def _cli(tmp_path, name, alphas, cache=True):
     env = {**os.environ, "BEC_JAX_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("BEC_JAX_NO_CACHE", None)
+    if not cache:
+        env["BEC_JAX_NO_CACHE"] = "1"
     args = ["run", "--env", "two_state", "--algorithm", "td", "--alpha", ",".join(map(str, alphas)),
             "--steps", "40", "--seeds", "3", "--log-every", "20", "--out", str(tmp_path / name)]
     p = subprocess.run([sys.executable, "-c", _CHILD, *args], env=env, capture_output=True, text=True, timeout=300)
@@ -134,11 +136,58 @@ def _cli(tmp_path, name, alphas):
 def test_a_second_run_with_one_more_step_size_compiles_nothing(tmp_path):
     first = _cli(tmp_path, "a", FIVE)
     assert first["miss"] == 1 and first["hit"] == 0  # a fresh cache: compiled, and stored
+    assert os.listdir(tmp_path / "cache" / program_cache.SUBDIR)  # and kept whole, keyed before tracing
     second = _cli(tmp_path, "b", FIVE + (0.5,))
-    assert second["miss"] == 0 and second["hit"] == 1  # the same program, from the persistent cache
-    # Fetching it is not compiling it: what is left is tracing and lowering (a
-    # loose bound, the machine may be busy; the 0.3 s goal is benchmarks').
-    assert second["compile_time_s"] < max(1.5, 0.5 * first["compile_time_s"])
+    # The same program, loaded whole: nothing traced, and JAX's cache not even asked.
+    assert second["miss"] == 0 and second["hit"] == 0
+    t = second["timing"]
+    assert t["programs"] == 1 and t["trace_s"] == 0.0 and t["cache"] == "hit" and t["cache_hits"] == 1
+    # Loading it is not compiling it (a loose bound, the machine may be busy;
+    # the 0.3 s goal is benchmarks').
+    assert second["compile_time_s"] < max(1.0, 0.5 * first["compile_time_s"])
+    # The loaded program computes what a fresh compile does, bit for bit (the
+    # same program on the same machine).
+    fresh = _cli(tmp_path, "c", FIVE + (0.5,), cache=False)
+    assert fresh["timing"]["trace_s"] > 0 and fresh["timing"]["cache_hits"] == 0
+    a, b = np.load(tmp_path / "b" / "curves.npz"), np.load(tmp_path / "c" / "curves.npz")
+    assert a.files == b.files
+    for k in a.files:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_programs_are_kept_on_disk_only_when_their_key_covers_them(tmp_path, monkeypatch):
+    """The disk key ignores the grid's values and the seed, changes with the
+    chunk size and the spec's shape, and is refused for an algorithm from
+    outside bec_jax (its code could change with the key unchanged) and while
+    JAX's persistent cache is off."""
+    import dataclasses
+
+    from bec_jax import algorithms
+    from bec_jax.engine.plan import plan
+    monkeypatch.setattr(program_cache, "cache_dir", lambda: str(tmp_path))
+    form = tuning.choose_form(SweepSpec(**SMALL, hyperparameters={"alpha": list(FIVE)}))
+    devices = jax.devices()[:1]
+
+    def key(spec, size=6):
+        (group,), _ = plan(spec, size)
+        return program_cache.file_key(spec, group, size, devices, form, "prediction")
+
+    base = SweepSpec(**SMALL, hyperparameters={"alpha": list(FIVE)})
+    k = key(base)
+    assert k is not None and len(k) == 64
+    assert key(SweepSpec(**{**SMALL, "seed": 7}, hyperparameters={"alpha": [0.3, 0.4]})) == k
+    assert key(base, size=8) != k
+    assert key(SweepSpec(**{**SMALL, "steps": 60}, hyperparameters={"alpha": list(FIVE)})) != k
+    assert key(SweepSpec(**{**SMALL, "algorithm": "ctd"}, hyperparameters={"alpha": [0.1], "beta": [0.1]})) != k
+    td = algorithms.get("td")
+    mine = dataclasses.replace(td, name="td_mine", update=lambda state, tr, hp: td.update(state, tr, hp))
+    algorithms.register(mine)
+    try:
+        assert key(SweepSpec(**{**SMALL, "algorithm": "td_mine"}, hyperparameters={"alpha": list(FIVE)})) is None
+    finally:
+        algorithms._REGISTRY.pop("td_mine", None)
+    monkeypatch.setattr(program_cache, "cache_dir", lambda: None)  # JAX's persistent cache off
+    assert key(base) is None
 
 
 def test_a_control_sweep_with_other_step_sizes_reuses_its_program():

@@ -63,6 +63,16 @@ def compile_program(fn, args: tuple, options: dict | None):
     return exe
 
 
+def add_loaded(seconds: float) -> None:
+    """Adds a program loaded whole from disk (`engine.program_cache`): nothing
+    traced, its load seconds as compile seconds, a persistent-cache hit."""
+    with _LOCK:
+        _TOTALS["compile_s"] += seconds
+        _TOTALS["programs"] += 1
+        _TOTALS["cache_requests"] += 1
+        _TOTALS["cache_hits"] += 1
+
+
 def snapshot() -> dict:
     """The process's totals so far (trace_s, compile_s, programs,
     cache_requests, cache_hits)."""

@@ -21,7 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bec_jax import memory
-from bec_jax.engine import clock, tuning
+from bec_jax.engine import clock, program_cache, tuning
 from bec_jax.engine.plan import Chunk, Group, pad
 from bec_jax.engine.programs import GRID_AXIS, make_segment_programs, segment_mesh
 from bec_jax.engine.seed_stats import combine_seeds
@@ -384,7 +384,13 @@ def _compile(spec, group: Group, c: Chunk, devices, form, lay: _Layout, make_pro
     if lay.segmented:
         exe, made = _segment_programs(spec, group, size, devices, lay.seeds, lay.blocks, seed_dev, grid, form)
     else:
-        exe, made = clock.compile_program(program.fn, (seed_dev, grid), form.compiler_options), 1
+        # Kept on disk by what the program is made from: found with nothing traced.
+        key = None if memo is None else program_cache.file_key(spec, group, size, devices, form, spec.engine.KIND)
+        exe = program_cache.load(key)
+        if exe is None:
+            exe = clock.compile_program(program.fn, (seed_dev, grid), form.compiler_options)
+            program_cache.save(key, exe)
+        made = 1
     memo_put(memo, (exe, placed))
     return exe, placed, grid, made
 
