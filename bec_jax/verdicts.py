@@ -165,16 +165,20 @@ def exact_label(env, algorithm: str, hyperparameters: dict, sampler: str = "mark
 
 class Prefetch:
     """A background thread that makes calls whose results land in caches
-    (`prefetch_labels`): `close()` stops it after the call under way and
-    waits for it (call it in a `finally`: a run that fails does not wait for
-    the rest of the analysis)."""
+    (`prefetch_labels`), once `start` (an event; None: at once) is set:
+    `close()` stops it after the call under way and waits for it (call it in
+    a `finally`: a run that fails does not wait for the rest of the
+    analysis)."""
 
-    def __init__(self, calls: list):
+    def __init__(self, calls: list, start: threading.Event | None = None):
         self._stop = threading.Event()
+        self._start = start
         self._thread = threading.Thread(target=self._work, args=(calls,), name="bec-jax-analysis")
         self._thread.start()
 
     def _work(self, calls: list) -> None:
+        if self._start is not None:
+            self._start.wait()
         for fn, args in calls:
             if self._stop.is_set():
                 return
@@ -185,6 +189,8 @@ class Prefetch:
 
     def close(self) -> None:
         self._stop.set()
+        if self._start is not None:
+            self._start.set()
         self._thread.join()
 
 

@@ -21,6 +21,24 @@ _IMPORT_S: list = [None]
 
 
 _IN_PROGRAM = threading.local()  # .active: this thread is in `compile_program`
+_TRACE_WAITERS: list = []  # events `traced_event` handed out, set once a program's trace is done
+
+
+def traced_event() -> threading.Event:
+    """An event set once the next program's tracing is done (its XLA compile
+    starting, or a program loaded whole): work that would compete with the
+    trace for the GIL can wait for it (`verdicts.Prefetch`)."""
+    ev = threading.Event()
+    with _LOCK:
+        _TRACE_WAITERS.append(ev)
+    return ev
+
+
+def _traced() -> None:
+    with _LOCK:
+        waiters, _TRACE_WAITERS[:] = list(_TRACE_WAITERS), []
+    for ev in waiters:
+        ev.set()
 
 
 def _on_event(name: str, **_) -> None:
@@ -52,6 +70,7 @@ def compile_program(fn, args: tuple, options: dict | None):
     try:
         lowered = fn.lower(*args)
         t1 = time.perf_counter()
+        _traced()
         exe = lowered.compile(options)
     finally:
         _IN_PROGRAM.active = False
@@ -66,6 +85,7 @@ def compile_program(fn, args: tuple, options: dict | None):
 def add_loaded(seconds: float) -> None:
     """Adds a program loaded whole from disk (`engine.program_cache`): nothing
     traced, its load seconds as compile seconds, a persistent-cache hit."""
+    _traced()
     with _LOCK:
         _TOTALS["compile_s"] += seconds
         _TOTALS["programs"] += 1
