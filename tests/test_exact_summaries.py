@@ -79,3 +79,46 @@ def test_fast_label_is_the_full_analysis_label():
         hp = {"alpha": 0.05, "zeta": 0.1}
         assert mean_square.label(env, "tdc", hp, sampler) == mean_square.mean_square(env, "tdc", hp, sampler).label
     assert seen == {"stable in mean square", "mean stable, variance grows", "diverges in mean"}
+
+
+def test_prefetch_starts_on_its_event_and_close_stops_it():
+    import threading
+    import time
+    made = []
+    start = threading.Event()
+    p = verdicts.Prefetch([(made.append, (i,)) for i in range(3)], start=start)
+    time.sleep(0.05)
+    assert made == []  # waiting for its start (the sweep's trace)
+    start.set()
+    deadline = time.monotonic() + 10
+    while len(made) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    p.close()
+    assert made == [0, 1, 2]
+    never = verdicts.Prefetch([(made.append, (9,))], start=threading.Event())
+    never.close()  # a run that ends (or fails) before its trace: nothing made, nothing left waiting
+    assert made == [0, 1, 2]
+
+
+def test_a_label_asked_for_twice_at_once_is_computed_once(monkeypatch):
+    import threading
+    import time
+
+    from bec_jax import mean_square
+    calls = []
+
+    def slow_label(*args):
+        calls.append(args)
+        time.sleep(0.2)
+        return "stable in mean square"
+
+    monkeypatch.setattr(mean_square, "label", slow_label)
+    env = envs.make("two_state")
+    hp = {"alpha": 0.0123, "beta": 0.0456}
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(verdicts.exact_label(env, "ctd", hp))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == ["stable in mean square"] * 3 and len(calls) == 1

@@ -147,6 +147,13 @@ def test_a_second_run_with_one_more_step_size_compiles_nothing(tmp_path):
     assert second["compile_time_s"] < max(1.0, 0.5 * first["compile_time_s"])
     # The loaded program computes what a fresh compile does, bit for bit (the
     # same program on the same machine).
+    # An executable JAX's own cache serves is not kept: it would serialize
+    # without its kernels (and fail when run from the file).
+    import shutil
+    shutil.rmtree(tmp_path / "cache" / program_cache.SUBDIR)
+    again = _cli(tmp_path, "d", FIVE + (0.6,))
+    assert again["hit"] == 1 and again["miss"] == 0
+    assert not (tmp_path / "cache" / program_cache.SUBDIR).exists()
     fresh = _cli(tmp_path, "c", FIVE + (0.5,), cache=False)
     assert fresh["timing"]["trace_s"] > 0 and fresh["timing"]["cache_hits"] == 0
     a, b = np.load(tmp_path / "b" / "curves.npz"), np.load(tmp_path / "c" / "curves.npz")

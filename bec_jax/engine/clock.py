@@ -47,6 +47,8 @@ def _on_event(name: str, **_) -> None:
     # Only a program's own compile: not the small analysis programs another
     # thread may compile meanwhile (`verdicts.prefetch_labels`).
     if key is not None and getattr(_IN_PROGRAM, "active", False):
+        if key == "cache_hits":
+            _IN_PROGRAM.hit = True
         with _LOCK:
             _TOTALS[key] += 1
 
@@ -66,7 +68,7 @@ def compile_program(fn, args: tuple, options: dict | None):
     to the process's totals."""
     _listen()
     t0 = time.perf_counter()
-    _IN_PROGRAM.active = True
+    _IN_PROGRAM.active, _IN_PROGRAM.hit = True, False
     try:
         lowered = fn.lower(*args)
         t1 = time.perf_counter()
@@ -80,6 +82,12 @@ def compile_program(fn, args: tuple, options: dict | None):
         _TOTALS["compile_s"] += t2 - t1
         _TOTALS["programs"] += 1
     return exe
+
+
+def was_cache_hit() -> bool:
+    """Whether this thread's last `compile_program` was served by JAX's
+    persistent cache (its executable was loaded, not compiled)."""
+    return bool(getattr(_IN_PROGRAM, "hit", False))
 
 
 def add_loaded(seconds: float) -> None:

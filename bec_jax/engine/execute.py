@@ -389,7 +389,8 @@ def _compile(spec, group: Group, c: Chunk, devices, form, lay: _Layout, make_pro
         exe = program_cache.load(key)
         if exe is None:
             exe = clock.compile_program(program.fn, (seed_dev, grid), form.compiler_options)
-            program_cache.save(key, exe)
+            if not clock.was_cache_hit():  # JAX's cache gives executables that serialize broken
+                program_cache.save(key, exe)
         made = 1
     memo_put(memo, (exe, placed))
     return exe, placed, grid, made

@@ -7,9 +7,11 @@ cached. This cache keys a prediction program by what it is made from instead
 (`file_key`: the spec but its base seed and grid values, the models by
 content, the chunk size, the devices, the program's form, this bec_jax's
 source, JAX's version and the machine), and keeps the executable JAX
-serializes (`jax.experimental.serialize_executable`). A sweep that differs
-from an earlier one only in its step sizes or its seed loads its program in
-about 0.1 s, with nothing traced.
+serializes (`jax.experimental.serialize_executable`) of a program XLA has
+just compiled: an executable that JAX's own cache served serializes without
+its kernels, so it is not kept (the caller checks `clock.was_cache_hit`). A
+sweep that differs from an earlier one only in its step sizes or its seed
+loads its program in about 0.1 s, with nothing traced.
 
 A key must change whenever the program would. So only programs made from
 bec_jax's own code are kept: an algorithm, a metric or a spec field from
@@ -38,6 +40,7 @@ from bec_jax.engine import clock
 from bec_jax.mdp import fingerprint
 
 SUBDIR = "bec_jax_programs"
+FORMAT = 2  # in every key: files of an earlier format are never read
 _SOURCE: list = []  # the hash of bec_jax's source, computed once
 
 
@@ -115,8 +118,8 @@ def file_key(spec, group, size: int, devices, form, kind: str, extra: tuple = ()
     if d.get("points") is not None:
         d["points"] = sorted({name for p in d["points"] for name in p})
     try:
-        parts = json.dumps([d, [fingerprint(m) for m in group.models], fns, getattr(alg, "shares_scalars", False),
-                            repr(group.static), len(group.models), size,
+        parts = json.dumps([FORMAT, d, [fingerprint(m) for m in group.models], fns,
+                            getattr(alg, "shares_scalars", False), repr(group.static), len(group.models), size,
                             [(dev.platform, dev.device_kind, dev.id) for dev in devices], form._asdict(), kind,
                             list(extra), _source_hash(), jax.__version__, jaxlib.__version__,
                             bool(jax.config.jax_enable_x64), _machine()], sort_keys=True)
