@@ -73,20 +73,18 @@ def exact_verdict_requests(spec: SweepSpec) -> list:
     return _label_requests(spec, points, range(spec.num_points))
 
 
-def prefetch_summary(spec: SweepSpec):
+def prefetch_summary(spec: SweepSpec, start=None):
     """Starts, in a background thread (`verdicts.Prefetch`), the work the
     summary of `spec`'s result will need that depends on the spec alone: the
     exact verdicts it will carry (`exact_verdict_requests`) and the Student-t
     quantile of its intervals (the first imports SciPy's special functions),
-    to run once the sweep's program is traced, while XLA compiles it and it
-    runs. Returns the thread's handle,
+    once `start` (an event; None: at once) is set, e.g. when the sweep's
+    program is traced (`engine.clock.traced_event`), to run while XLA
+    compiles it and it runs. Returns the thread's handle,
     whose `close()` the caller calls once the summary is written."""
-    from bec_jax.engine import clock  # JAX only when a sweep runs
-
     calls = [(t_quantile, (max(spec.seeds - 1, 1), 0.95))]
     calls += [(verdicts.exact_label, req) for req in exact_verdict_requests(spec)]
-    # After the sweep's trace, which holds the GIL; XLA's compile and the run do not.
-    return verdicts.Prefetch(calls, start=clock.traced_event())
+    return verdicts.Prefetch(calls, start=start)
 
 
 @dataclass

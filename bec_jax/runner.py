@@ -218,8 +218,10 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     on_chunk, count = _saving(store, writer, stop, total - len(done), len(done), total)
     snap, t0 = clock.snapshot(), time.perf_counter()
     # What the summary needs of the spec alone (its exact verdicts, its
-    # intervals' quantile): worked out while the sweep compiles and runs.
-    labels = results.prefetch_summary(spec) if writer and isinstance(spec, SweepSpec) else None
+    # intervals' quantile): worked out while XLA compiles the sweep and it
+    # runs, not during its trace, which holds the GIL.
+    labels = (results.prefetch_summary(spec, start=clock.traced_event())
+              if writer and isinstance(spec, SweepSpec) else None)
     try:
         result = front.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
                                  memory_plan=pl, out=out, outputs=store if writer else None,
