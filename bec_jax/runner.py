@@ -32,7 +32,7 @@ import traceback
 
 import numpy as np
 
-from bec_jax import memory, results, watchdog
+from bec_jax import memory, watchdog
 from bec_jax.engine import clock
 from bec_jax.files import LOG_LAYOUT, open_log, write_json
 from bec_jax.results import SweepResult
@@ -220,8 +220,9 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     # What the summary needs of the spec alone (its exact verdicts, its
     # intervals' quantile): worked out while XLA compiles the sweep and it
     # runs, not during its trace, which holds the GIL.
-    labels = (results.prefetch_summary(spec, start=clock.traced_event())
-              if writer and isinstance(spec, SweepSpec) else None)
+    # A front without a summary analysis has no hook (`engine.protocol.Engine`).
+    hook = getattr(front, "prefetch_summary", None)
+    labels = hook(spec, start=clock.traced_event()) if writer and hook is not None else None
     try:
         result = front.run(spec, chunk_size=chunk, devices=devices, on_chunk=on_chunk, done_chunks=done,
                                  memory_plan=pl, out=out, outputs=store if writer else None,

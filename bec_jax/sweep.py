@@ -53,7 +53,7 @@ from bec_jax.engine.tuning import (CPU_COMPILER_OPTIONS, CPU_LIGHT_OPTIONS, LIGH
 from bec_jax.engine.protocol import check_dtype, gather, run_meta
 from bec_jax.files import NpyFile
 from bec_jax.mdp import fingerprint
-from bec_jax.results import SweepResult
+from bec_jax.results import SweepResult, prefetch_summary  # noqa: F401  (the front's summary hook)
 from bec_jax.spec import SweepSpec
 
 KIND = "prediction"

@@ -36,6 +36,11 @@ class Engine(Protocol):
         call and its memory plan refuses what does not fit.
       BLOCK_PROGRESS: whether its programs report log blocks to a progress bar
         (`make_program`'s `on_block`).
+
+    Optional: `prefetch_summary(spec, start)`, the work its result's summary
+    needs of the spec alone, started in a thread that the runner closes once
+    the summary is written (the prediction front's is
+    `results.prefetch_summary`).
     """
 
     KIND: str
