@@ -194,18 +194,16 @@ class Prefetch:
         self._thread.join()
 
 
-def prefetch_labels(requests, warm=()) -> Prefetch:
+def prefetch_labels(requests, start: threading.Event | None = None) -> Prefetch:
     """Computes `exact_label(*request)` for each of `requests` (an iterable of
-    (env, algorithm, hyperparameters, sampler)) in a background thread, so
-    that a later `exact_label` finds them done or waits for the one under
-    way: a sweep's summary labels every point of a small grid, and the
-    analysis (NumPy and small JAX programs) can run while the sweep's own
-    program compiles and runs, which hold the GIL little. `warm`: (env,
-    algorithm, hyperparameters) of `exact_for` calls to make after them, each
-    compiling the expected update's program of its model and algorithm once.
+    (env, algorithm, hyperparameters, sampler)) in a background thread (once
+    `start` is set, if given), so that a later `exact_label` finds them done
+    or waits for the one under way: a sweep's summary labels every point of a
+    small grid, and the analysis (NumPy and small JAX programs) can run while
+    the sweep's own program compiles and runs, which hold the GIL little.
     Anything the thread fails at is left to the later call, which computes
     it again."""
-    return Prefetch([(exact_label, tuple(r)) for r in requests] + [(exact_for, tuple(w)) for w in warm])
+    return Prefetch([(exact_label, tuple(r)) for r in requests], start=start)
 
 
 def curve_trend(curve, diverged: bool) -> str:

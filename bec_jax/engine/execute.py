@@ -386,7 +386,7 @@ def _compile(spec, group: Group, c: Chunk, devices, form, lay: _Layout, make_pro
     else:
         # Kept on disk by what the program is made from: found with nothing traced.
         key = None if memo is None else program_cache.file_key(spec, group, size, devices, form, spec.engine.KIND)
-        exe = program_cache.load(key)
+        exe = program_cache.load(key, devices)
         if exe is None:
             exe = clock.compile_program(program.fn, (seed_dev, grid), form.compiler_options)
             if not clock.was_cache_hit():  # JAX's cache gives executables that serialize broken

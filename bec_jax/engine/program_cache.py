@@ -128,9 +128,10 @@ def file_key(spec, group, size: int, devices, form, kind: str, extra: tuple = ()
     return hashlib.sha256(parts.encode()).hexdigest()
 
 
-def load(key: str | None):
-    """The compiled program kept under `key`, loaded (its seconds added to the
-    process's compile clock as a cache hit), or None."""
+def load(key: str | None, devices=None):
+    """The compiled program kept under `key`, loaded onto `devices` (default:
+    all; the key names the devices it was compiled for) with its seconds added
+    to the process's compile clock as a cache hit, or None."""
     if key is None:
         return None
     path = os.path.join(cache_dir(), key + ".pkl")
@@ -139,7 +140,8 @@ def load(key: str | None):
         with open(path, "rb") as f:
             payload, in_tree, out_tree = pickle.load(f)
         from jax.experimental.serialize_executable import deserialize_and_load
-        exe = deserialize_and_load(payload, in_tree, out_tree)
+        exe = deserialize_and_load(payload, in_tree, out_tree,
+                                   execution_devices=list(devices) if devices is not None else None)
     except Exception:  # noqa: BLE001 - missing, stale or unreadable: compile instead
         return None
     clock.add_loaded(time.perf_counter() - t)
