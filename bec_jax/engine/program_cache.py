@@ -36,7 +36,7 @@ import jax
 import jaxlib
 
 from bec_jax import metrics
-from bec_jax.engine import clock
+from bec_jax.engine import clock, tuning
 from bec_jax.mdp import fingerprint
 
 SUBDIR = "bec_jax_programs"
@@ -110,13 +110,7 @@ def file_key(spec, group, size: int, devices, form, kind: str, extra: tuple = ()
     fns += [_ours(metrics.metric_def(m).build) for m in getattr(spec, "metrics", ())]
     if any(f is None for f in fns):
         return None
-    d = spec.to_dict()
-    d.pop("seed", None)
-    for field in ("hyperparameters", "env_params"):  # values traced, or in the models and group.static
-        if isinstance(d.get(field), dict):
-            d[field] = sorted(d[field])
-    if d.get("points") is not None:
-        d["points"] = sorted({name for p in d["points"] for name in p})
+    d = tuning.spec_shape(spec)
     try:
         parts = json.dumps([FORMAT, d, [fingerprint(m) for m in group.models], fns,
                             getattr(alg, "shares_scalars", False), repr(group.static), len(group.models), size,

@@ -190,6 +190,20 @@ def memo_put(memo, hit) -> None:
             _EXECUTABLES.popitem(last=False)
 
 
+def spec_shape(spec) -> dict:
+    """`spec.to_dict()` without what a program takes as input: the base seed and
+    the grid's values (its columns' names stay). The spec's part of
+    `memo_key` and of `engine.program_cache.file_key`."""
+    d = spec.to_dict()
+    d.pop("seed", None)
+    for field in ("hyperparameters", "env_params"):  # values traced, or in the models and group.static
+        if isinstance(d.get(field), dict):
+            d[field] = sorted(d[field])
+    if d.get("points") is not None:
+        d["points"] = sorted({name for p in d["points"] for name in p})
+    return d
+
+
 def memo_key(spec, group, size: int, devices, form: KernelForm, kind: str) -> tuple:
     """What a compiled chunk program depends on: the spec but its base seed and
     its grid's values (traced inputs; the names of its columns stay), the
@@ -199,13 +213,7 @@ def memo_key(spec, group, size: int, devices, form: KernelForm, kind: str) -> tu
     program), the chunk size, the devices, the program's form (its compiler
     options included) and `kind`, the front that made the program. So a sweep
     with other step sizes, or another grid size in the same bucket, reuses it."""
-    d = spec.to_dict()
-    d.pop("seed", None)
-    for field in ("hyperparameters", "env_params"):  # values traced, or in the models and group.static
-        if isinstance(d.get(field), dict):
-            d[field] = sorted(d[field])
-    if d.get("points") is not None:
-        d["points"] = sorted({name for p in d["points"] for name in p})
+    d = spec_shape(spec)
     alg = spec.algorithm_def
     models = tuple(fingerprint(m) for m in group.models)
     builders = tuple(id(metrics.metric_def(m).build) for m in getattr(spec, "metrics", ()))
