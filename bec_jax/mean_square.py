@@ -437,6 +437,11 @@ def _stationary(system: JumpSystem, V: np.ndarray) -> Stationary:
     return Stationary(V @ q.sum(0), V @ Z.sum(0) @ V.T, V @ fix)
 
 
+def _mean_radius(system: JumpSystem) -> float:
+    """The spectral radius of the first-moment operator (the mean's)."""
+    return float(np.abs(np.linalg.eigvals(system.first_moment_matrix())).max(initial=0.0))
+
+
 def _log(r: float) -> float:
     return math.log(r) if r > 0 else -math.inf
 
@@ -453,7 +458,7 @@ def analyse(system: JumpSystem, sampler: str = "markov", tol: float = 1e-3,
     V, N = neutral_basis(system)
     red = _reduced(system, V)
     radius, how = _radius(red, method)
-    mean_radius = float(np.abs(np.linalg.eigvals(red.first_moment_matrix())).max(initial=0.0))
+    mean_radius = _mean_radius(red)
     decays = radius < 1.0 - MARGINAL_TOL
     marginal = abs(radius - 1.0) <= MARGINAL_TOL or abs(mean_radius - 1.0) <= MARGINAL_TOL
     rate = 0.5 * _log(radius)
@@ -488,10 +493,8 @@ def label(env: FiniteMDP, alg, hyperparameters: dict, sampler: str = "markov") -
     where the mean diverges (a grid's large step sizes): a sweep's summary
     labels every point of a small grid (`results.SweepResult.summary`)."""
     system = jump_system(env, alg, hyperparameters, sampler)
-    V, _ = neutral_basis(system)
-    red = _reduced(system, V)
-    mean_radius = float(np.abs(np.linalg.eigvals(red.first_moment_matrix())).max(initial=0.0))
-    if not mean_radius <= 1.0 + MARGINAL_TOL:
+    red = _reduced(system, neutral_basis(system)[0])
+    if not _mean_radius(red) <= 1.0 + MARGINAL_TOL:
         return "diverges in mean"
     radius, _ = _radius(red)
     return "stable in mean square" if radius <= 1.0 + MARGINAL_TOL else "mean stable, variance grows"

@@ -133,7 +133,7 @@ def exact_label(env, algorithm: str, hyperparameters: dict, sampler: str = "mark
     step sizes (`mean_square_for(...).label`, computed by `mean_square.label`),
     cached per model, algorithm, step sizes and sampler; None where the
     analysis does not apply (a trace method). A label another thread is
-    computing (`prefetch_labels`) is waited for, not computed twice."""
+    computing (a `Prefetch` thread, say) is waited for, not computed twice."""
     from bec_jax import mdp  # the model's fingerprint; JAX only when a model is analysed
 
     key = (mdp.fingerprint(env), algorithm, tuple(sorted(hyperparameters.items())), sampler)
@@ -165,7 +165,7 @@ def exact_label(env, algorithm: str, hyperparameters: dict, sampler: str = "mark
 
 class Prefetch:
     """A background thread that makes calls whose results land in caches
-    (`prefetch_labels`), once `start` (an event; None: at once) is set:
+    (a sweep's summary labels: `results.prefetch_summary`), once `start` (an event; None: at once) is set:
     `close()` stops it after the call under way and waits for it (call it in
     a `finally`: a run that fails does not wait for the rest of the
     analysis)."""
@@ -192,18 +192,6 @@ class Prefetch:
         if self._start is not None:
             self._start.set()
         self._thread.join()
-
-
-def prefetch_labels(requests, start: threading.Event | None = None) -> Prefetch:
-    """Computes `exact_label(*request)` for each of `requests` (an iterable of
-    (env, algorithm, hyperparameters, sampler)) in a background thread (once
-    `start` is set, if given), so that a later `exact_label` finds them done
-    or waits for the one under way: a sweep's summary labels every point of a
-    small grid, and the analysis (NumPy and small JAX programs) can run while
-    the sweep's own program compiles and runs, which hold the GIL little.
-    Anything the thread fails at is left to the later call, which computes
-    it again."""
-    return Prefetch([(exact_label, tuple(r)) for r in requests], start=start)
 
 
 def curve_trend(curve, diverged: bool) -> str:

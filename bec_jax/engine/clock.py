@@ -45,7 +45,7 @@ def _on_event(name: str, **_) -> None:
     key = {"/jax/compilation_cache/compile_requests_use_cache": "cache_requests",
            "/jax/compilation_cache/cache_hits": "cache_hits"}.get(name)
     # Only a program's own compile: not the small analysis programs another
-    # thread may compile meanwhile (`verdicts.prefetch_labels`).
+    # thread may compile meanwhile (`verdicts.Prefetch`).
     if key is not None and getattr(_IN_PROGRAM, "active", False):
         if key == "cache_hits":
             _IN_PROGRAM.hit = True

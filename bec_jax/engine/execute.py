@@ -386,11 +386,7 @@ def _compile(spec, group: Group, c: Chunk, devices, form, lay: _Layout, make_pro
     else:
         # Kept on disk by what the program is made from: found with nothing traced.
         key = None if memo is None else program_cache.file_key(spec, group, size, devices, form, spec.engine.KIND)
-        exe = program_cache.load(key, devices)
-        if exe is None:
-            exe = clock.compile_program(program.fn, (seed_dev, grid), form.compiler_options)
-            if not clock.was_cache_hit():  # JAX's cache gives executables that serialize broken
-                program_cache.save(key, exe)
+        exe = program_cache.compile_or_load(key, devices, program.fn, (seed_dev, grid), form.compiler_options)
         made = 1
     memo_put(memo, (exe, placed))
     return exe, placed, grid, made

@@ -9,9 +9,9 @@ content, the chunk size, the devices, the program's form, this bec_jax's
 source, JAX's version and the machine), and keeps the executable JAX
 serializes (`jax.experimental.serialize_executable`) of a program XLA has
 just compiled: an executable that JAX's own cache served serializes without
-its kernels, so it is not kept (the caller checks `clock.was_cache_hit`). A
+its kernels, so it is not kept (`compile_or_load` checks `clock.was_cache_hit`). A
 sweep that differs from an earlier one only in its step sizes or its seed
-loads its program in about 0.1 s, with nothing traced.
+loads its program in about 0.1 s, with nothing traced (`compile_or_load`).
 
 A key must change whenever the program would. So only programs made from
 bec_jax's own code are kept: an algorithm, a metric or a spec field from
@@ -163,3 +163,16 @@ def save(key: str | None, exe) -> bool:
         return True
     except Exception:  # noqa: BLE001 - the program still runs; only the next process compiles again
         return False
+
+
+def compile_or_load(key: str | None, devices, fn, args: tuple, options: dict | None):
+    """The program kept under `key` (`load`), else `fn` compiled for `args`
+    (`clock.compile_program`) and kept, unless JAX's own cache served it: such
+    an executable serializes without its kernels and would fail when run from
+    the file."""
+    exe = load(key, devices)
+    if exe is None:
+        exe = clock.compile_program(fn, args, options)
+        if not clock.was_cache_hit():
+            save(key, exe)
+    return exe
