@@ -113,7 +113,9 @@ def _add_control(sub, command) -> None:
     c.add_argument("--task", help=f"{listing(control_tasks.names(), last=None)} or package.module:function, "
                                   "or gymnax:ENV_ID (any gymnax environment with discrete actions)")
     c.add_argument("--task-param", action="append", type=env_param_arg, metavar="NAME=VALUE",
-                   help="a task parameter, e.g. num_tilings=5 (repeatable); a gymnax task's features: "
+                   help="a task parameter, e.g. num_tilings=5 (repeatable); several numbers (slip=0,0.2) "
+                        "make it a grid axis, in one program where the task's factory takes traced values; "
+                        "a gymnax task's features: "
                         "features=tiles|fourier|rbf|package.module:function, their parameters (num_tilings, "
                         "bins; order; centers, sigma) and the box low, high (a number, or one per dimension "
                         "separated by spaces)")

@@ -80,7 +80,7 @@ def measure(task: str, runs: int, steps: int, repeats: int) -> dict:
     grid = program.grid_inputs(spec, np.arange(1))
     cols = {n: jnp.asarray(v) for n, v in grid.items() if n != program.SEED_INDEX}
     keys = threefry.fused(jax.random.split(jax.random.key(0), runs))
-    carry = program.init_member(sh, m, keys, jnp.asarray(grid[program.SEED_INDEX]))[:3]
+    carry = program.init_member(sh, m, keys, jnp.asarray(grid[program.SEED_INDEX]), cols)[:3]
 
     def one(c, t):
         keys_t = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, t)

@@ -7,6 +7,12 @@ for package.module:function references):
     bec-jax control --task examples.gridworld:make_gridworld --task-param size=4 \
         --algorithm cq --alpha 0.5 --beta 0.01 --episodes 30 --seeds 2 --out runs/grid
 
+A task parameter with several values is a grid axis: `--task-param
+slip=0,0.1,0.2` runs every value in one compiled program, because this factory
+takes `slip` as a traced JAX scalar (it uses it only in JAX operations, and
+checks its range only when it is a number). `size` changes the task's shapes,
+so `--task-param size=4,5` compiles one program per value.
+
 or in Python, `tasks.register("gridworld", make_gridworld)` and then
 `ControlSpec(task="gridworld", ...)`.
 
@@ -22,6 +28,9 @@ them), sizes, the discount and the episode cap.
 `terminal` is true termination only; the loop ends an episode after
 `max_episode_steps` steps and learns that last transition as non-terminal.
 """
+import numbers
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -30,12 +39,16 @@ from bec_jax.control.tasks import ControlEnv
 MOVES = ((-1, 0), (0, 1), (1, 0), (0, -1))  # up, right, down, left
 
 
-def make_gridworld(*, size=5, gamma=0.99, max_episode_steps=200) -> ControlEnv:
+def make_gridworld(*, size=5, slip=0.0, gamma=0.99, max_episode_steps=200) -> ControlEnv:
     """A size x size grid: start at the top-left corner, the goal (terminal) at
-    the bottom-right, reward -1 per step, moves off the grid stay put. One-hot
+    the bottom-right, reward -1 per step, moves off the grid stay put; with
+    probability `slip` the move is one of the four at random. One-hot
     features: Q(s, a) = w[a * size**2 + s]."""
     if not isinstance(size, int) or size < 2:
         raise ValueError(f"size: an integer >= 2, got {size!r}")  # one line, naming the field
+    # A grid axis's values are checked as numbers first, then traced (no Python test on a tracer).
+    if isinstance(slip, numbers.Real) and not 0.0 <= slip <= 1.0:
+        raise ValueError(f"slip: a probability in [0, 1], got {slip!r}")
     n, goal = size * size, size * size - 1
     # The dynamics as (n, 4) tables, built once in NumPy; step only looks them up.
     nxt = np.zeros((n, 4), np.int32)
@@ -51,7 +64,9 @@ def make_gridworld(*, size=5, gamma=0.99, max_episode_steps=200) -> ControlEnv:
         return jnp.int32(0)
 
     def step(key, state, action):
-        """Move; the goal ends the episode."""
+        """Move (with probability slip a random move); the goal ends the episode."""
+        u = jax.random.uniform(key, (2,))
+        action = jnp.where(u[0] < slip, jnp.minimum((u[1] * 4).astype(jnp.int32), 3), action)
         s = nxt[state, action]
         return s, jnp.float32(-1.0), s == goal
 
@@ -61,5 +76,5 @@ def make_gridworld(*, size=5, gamma=0.99, max_episode_steps=200) -> ControlEnv:
 
     return ControlEnv(name="gridworld", num_actions=4, num_features=4 * n, num_active=1, gamma=gamma,
                       max_episode_steps=max_episode_steps,
-                      params={"size": size, "gamma": gamma, "max_episode_steps": max_episode_steps},
+                      params={"size": size, "slip": slip, "gamma": gamma, "max_episode_steps": max_episode_steps},
                       reset=reset, step=step, features=features)

@@ -296,7 +296,9 @@ def test_readme_control_quickstart_runs_as_pasted(tmp_path):
     assert cart.lengths.shape == (1, 2, 20) and cart.valid.all() and np.all(cart.lengths >= 8)
     grid = ControlResult.load(str(tmp_path / "runs" / "grid"))
     # epsilon 0.1 explores now and then: most last episodes, not all, take the shortest path
-    assert grid.lengths.shape == (1, 2, 30) and grid.lengths.min() == 6 and np.median(grid.lengths[..., -10:]) == 6
+    assert grid.lengths.shape == (2, 2, 30) and grid.lengths.min() == 6 and np.median(grid.lengths[0, :, -10:]) == 6
+    assert grid.lengths[1, :, -10:].mean() > grid.lengths[0, :, -10:].mean()  # slip 0.2 strays from the path
+    assert grid.meta["task_axes"] == "one program (traced)" and grid.meta["compiled_programs"] == 1
 
 
 # ------------------------------------------------------------------ bad input on the command line

@@ -124,8 +124,9 @@ def test_task_parameters_as_grid_axes_run_a_program_each():
     assert spec.names == ("alpha", "max_episode_steps") and spec.num_points == 2
     groups, _ = sweep.plan(spec, spec.num_points)
     assert [g.static for g in groups] == [(("max_episode_steps", 40),), (("max_episode_steps", 1000),)]
+    assert "episode cap" in spec.task_axes_reason
     r = sweep.run(spec, progress=False)
-    assert r.meta["compiled_programs"] == 2
+    assert r.meta["compiled_programs"] == 2 and r.meta["task_axes"].startswith("a program per value")
     for i, cap in enumerate((40, 1000)):
         assert r.point(i)["max_episode_steps"] == cap
         alone = sweep.run(ControlSpec(task_params={"max_episode_steps": cap}, **kw), progress=False)
@@ -137,6 +138,62 @@ def test_task_parameters_as_grid_axes_run_a_program_each():
     args = cli.build_parser().parse_args(["control", "--task", "cliff_walking", "--algorithm", "q", "--alpha", "0.5",
                                           "--task-param", "max_episode_steps=40,1000"])
     assert cli_args.control_spec_from_args(args).task_axes == {"max_episode_steps": [40, 1000]}
+
+
+GRID = "examples.gridworld:make_gridworld"  # found from the repository root (`_repo_root`)
+
+
+@pytest.fixture
+def _repo_root(monkeypatch):
+    import os
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_traced_task_axes_run_every_value_in_one_program(_repo_root):
+    """A task parameter the factory takes as a traced scalar (the gridworld's
+    slip) is a grid column of one program: each point gives what the task with
+    that value alone gives (slip enters only a float32 comparison, so the same
+    bits), and other values of it reuse the program."""
+    kw = dict(task=GRID, algorithm="cq", hyperparameters={"alpha": [0.5], "beta": [0.01]}, seeds=3, episodes=8,
+              task_params={"size": 3}, epsilon=0.1)
+    spec = ControlSpec(task_axes={"slip": [0.0, 0.3, 1]}, **kw)
+    assert spec.task_axes_traced and spec.task_axis_dtype("slip") == "float32"
+    assert [g.static for g in sweep.plan(spec, spec.num_points)[0]] == [()]
+    r = sweep.run(spec, progress=False)
+    assert r.meta["compiled_programs"] == 1 and r.meta["task_axes"] == "one program (traced)"
+    for i, slip in enumerate((0.0, 0.3, 1.0)):
+        assert r.point(i)["slip"] == slip
+        alone = sweep.run(ControlSpec(**{**kw, "task_params": {"size": 3, "slip": slip}}), progress=False)
+        for k in ("returns", "lengths", "diverged_step"):  # not omega: a run steps on until its chunk is done
+            np.testing.assert_array_equal(getattr(r, k)[i], getattr(alone, k)[0])
+    assert r.lengths[2].mean() > r.lengths[0].mean()  # a random walk (slip 1) takes longer than learning
+    other = sweep.run(ControlSpec(task_axes={"slip": [0.1, 0.2, 0.5]}, **kw), progress=False)
+    assert other.meta["compiled_programs"] == 0  # the same program, other values
+    assert not np.array_equal(other.lengths, r.lengths)
+
+
+def test_task_axes_that_cannot_be_traced_say_why(_repo_root):
+    """A value that changes the task's shapes, or a factory that tests its
+    value in Python, gets a program per value, and the reason."""
+    kw = dict(task=GRID, algorithm="q", hyperparameters={"alpha": [0.5]}, seeds=2, episodes=3)
+    spec = ControlSpec(task_axes={"size": [3, 4]}, **kw)
+    assert not spec.task_axes_traced and "sizes" in spec.task_axes_reason
+    assert len(sweep.plan(spec, spec.num_points)[0]) == 2
+    from bec_jax.control import tasks
+    from examples.gridworld import make_gridworld
+
+    def strict(*, slip=0.0):
+        if not 0 <= slip <= 1:  # a Python test of a traced value fails
+            raise ValueError(f"slip: a probability, got {slip}")
+        return make_gridworld(size=3, slip=slip)
+
+    tasks.register("strict_grid_test", strict)
+    try:
+        spec = ControlSpec(**{**kw, "task": "strict_grid_test", "task_axes": {"slip": [0.0, 0.5]}})
+        assert spec.task_axes_reason.startswith("the factory does not take traced values")
+        assert len(sweep.plan(spec, spec.num_points)[0]) == 2
+    finally:
+        tasks.TASKS.pop("strict_grid_test", None)
 
 
 @pytest.mark.parametrize("axes, params, match", [

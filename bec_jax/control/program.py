@@ -51,6 +51,7 @@ class Member(NamedTuple):
     alg: object
     axes: object          # the learner state's batch axes (None: shared)
     step_all: Callable    # (carry, step keys (R,), columns (R,)) -> carry, over R = G N flat runs
+    task_of: Callable     # a run's columns -> its task (the program's, or built from traced task axes)
 
 
 class Shared(NamedTuple):
@@ -83,7 +84,8 @@ def grid_inputs(spec: ControlSpec, indices: np.ndarray, n_devices: int = 1) -> d
     `n_devices` runs by repeating the last (computed and dropped): the grid's
     columns in the spec's dtype (epsilon_decay, where it is an axis, as its
     float64 log rounded once to float32, so a decay given as an axis gives the
-    bits of the same decay given as a value) and `seed_index`, the run's seed."""
+    bits of the same decay given as a value; traced task axes in
+    `ControlSpec.task_axis_dtype`) and `seed_index`, the run's seed."""
     indices = np.asarray(indices)
     N = spec.seeds
     runs = len(indices) * N
@@ -94,6 +96,8 @@ def grid_inputs(spec: ControlSpec, indices: np.ndarray, n_devices: int = 1) -> d
     seed_index = np.concatenate([seed_index, np.repeat(seed_index[-1:], padded - runs)])
     columns = spec.grid_arrays()
     out = {n: columns[n][point].astype(spec.dtype) for n in spec.names if n not in spec.task_axes}
+    if spec.task_axes and spec.task_axes_traced:  # the task's values, per run (`member`)
+        out.update({n: columns[n][point].astype(spec.task_axis_dtype(n)) for n in spec.task_axes})
     if "epsilon_decay" in out:
         out["epsilon_decay"] = np.log(columns["epsilon_decay"][point]).astype(np.float32)
     out[SEED_INDEX] = seed_index
@@ -114,27 +118,36 @@ def member(spec: ControlSpec, task) -> Member:
         raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state has no such field")
     axes = state_axes(template, alg.counter)
     alg_names = spec.algorithm_names
+    if spec.task_axes and spec.task_axes_traced:
+        # Every value of the task axes in this one program: each run builds its
+        # task from its own columns (sizes, cap and discount are the same for
+        # every value: `ControlSpec.task_axes_reason`).
+        def task_of(cols):
+            return spec.traced_task({n: cols[n] for n in spec.task_axes})
+    else:
+        def task_of(cols):
+            return task
 
     def run_step(learner, ls, log, key, cols):
         hp = {n: cols[n] for n in alg_names}
         gamma = cols.get("gamma", discount)
-        return loop.advance(task, lambda st, tr: alg.apply(st, tr, hp), lambda st: getattr(st, alg.weights),
+        return loop.advance(task_of(cols), lambda st, tr: alg.apply(st, tr, hp), lambda st: getattr(st, alg.weights),
                             behaviour_columns(spec, cols), cap, gamma, learner, ls, log, key, spec.reward_shift)
 
     # The runs are one flat batch (grid point-major): gathers and scatters with
     # one batch axis compile to simpler and faster loops on the CPU than with two.
     over_runs = jax.vmap(run_step, in_axes=(axes, 0, 0, 0, 0), out_axes=(axes, 0, 0, 0))
-    reset_runs = jax.vmap(lambda ls, done, key: loop.reset_done(task, ls, done, key))
+    reset_runs = jax.vmap(lambda ls, done, key, cols: loop.reset_done(task_of(cols), ls, done, key))
 
     def step_all(c, keys_t, cols):
         # Resets (a task's reset and its features) are computed only on steps
         # where some run's episode ended: `loop.step`, with the reset skipped
         # when nothing would use it.
         learner, ls, log, done = over_runs(*c, keys_t, cols)
-        ls = jax.lax.cond(jnp.any(done), lambda: reset_runs(ls, done, keys_t), lambda: ls)
+        ls = jax.lax.cond(jnp.any(done), lambda: reset_runs(ls, done, keys_t, cols), lambda: ls)
         return learner, ls, log
 
-    return Member(spec, alg, axes, step_all)
+    return Member(spec, alg, axes, step_all, task_of)
 
 
 def shared(specs: list[ControlSpec], axes: dict | None = None) -> Shared:
@@ -190,12 +203,13 @@ def member_block(sh: Shared, m: Member, cols: dict, run_keys, j, carry):
     return learner, ls, nlog, divergence.flag(dstep, alive, keep, (j + 1) * K)
 
 
-def init_member(sh: Shared, m: Member, init_keys, seed_index) -> tuple:
-    """A member's first carry over its runs (`seed_index`: each run's seed):
-    every run reset with its seed's key, the learner at its algorithm's init
-    from zero weights, empty logs, nothing diverged."""
+def init_member(sh: Shared, m: Member, init_keys, seed_index, cols: dict) -> tuple:
+    """A member's first carry over its runs (`seed_index`: each run's seed;
+    `cols`: its grid columns): every run reset with its seed's key, the
+    learner at its algorithm's init from zero weights, empty logs, nothing
+    diverged."""
     R = seed_index.shape[0]
-    ls = jax.vmap(lambda k: loop.loop_init(sh.task, k, sh.dtype))(init_keys[seed_index])
+    ls = jax.vmap(lambda k, c: loop.loop_init(m.task_of(c), k, sh.dtype))(init_keys[seed_index], cols)
     st0 = m.alg.init(jnp.zeros((sh.d,), sh.dtype))
     learner = jax.tree_util.tree_map(lambda x, a: x if a is None else jnp.broadcast_to(x, (R,) + x.shape),
                                      st0, m.axes)
@@ -247,7 +261,7 @@ def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple
     init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
     cols = [{n: v for n, v in g.items() if n != SEED_INDEX} for g in grids]
     run_keys = [stream_keys[g[SEED_INDEX]] for g in grids]
-    carries = tuple(init_member(sh, m, init_keys, g[SEED_INDEX]) for m, g in zip(members, grids))
+    carries = tuple(init_member(sh, m, init_keys, g[SEED_INDEX], c) for m, g, c in zip(members, grids, cols))
 
     def more(state):
         j, cs = state

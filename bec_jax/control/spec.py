@@ -35,8 +35,10 @@ class ControlSpec:
       task: a registered task (`bec_jax.control.tasks.names()`) or a factory of
         the user's own as package.module:function. task_params: its parameters
         (e.g. num_tilings, bins). task_axes: {parameter: [numbers]}, task
-        parameters that are grid axes: each combination is its own task, run
-        by its own program (a task's shapes may change with it).
+        parameters that are grid axes. Where the factory accepts them as
+        traced JAX scalars and they leave the task's sizes, cap and discount
+        alone, every value runs in one program (`task_axes_traced`);
+        otherwise each combination is its own task, run by its own program.
       algorithm: a control algorithm (`bec_jax.control.algorithms.names()`).
       hyperparameters: {name: value or list of values}; the grid is their
         cartesian product in the algorithm's declared order. The loop's
@@ -238,6 +240,75 @@ class ControlSpec:
         if key not in self._tasks:
             self._tasks[key] = tasks.make(self.task, **self.task_params, **axes)
         return self._tasks[key]
+
+    def traced_task(self, values: dict):
+        """The `ControlEnv` of `task` with `task_params` and the task axes at
+        `values`, traced JAX scalars inside a program (`task_axes_traced`);
+        never cached."""
+        return tasks.make(self.task, **self.task_params, **values)
+
+    def task_axis_dtype(self, name: str) -> str:
+        """The dtype a task axis's values have inside a program: int32 where
+        every value is an integer, else the sweep's dtype."""
+        return "int32" if all(is_int(v) for v in self.hyperparameters[name]) else self.dtype
+
+    def program_shape(self, d: dict) -> dict:
+        """`to_dict()`'s `d` less what a program takes as input
+        (`engine.tuning.spec_shape`): traced task axes keep their names and
+        dtypes, not their values, so other values reuse the program."""
+        if self.task_axes and self.task_axes_traced:
+            d = {**d, "task_axes": {n: self.task_axis_dtype(n) for n in self.task_axes}}
+        return d
+
+    @property
+    def task_axes_traced(self) -> bool:
+        """Whether the task axes run in one program, as columns of the grid
+        (`task_axes_reason` says why not)."""
+        return self.task_axes_reason is None
+
+    @functools.cached_property
+    def task_axes_reason(self) -> str | None:
+        """None where the task axes can be traced: the factory, called with
+        the axes as traced scalars (`task_axis_dtype`), gives a task with the
+        sizes, cap and discount every value gives, and reset, step and
+        features of the same shapes. Else why each value needs its own
+        program (no task axes; a factory that validates its values in Python
+        or makes shapes from them)."""
+        if not self.task_axes:
+            return "no task axes"
+        import jax
+        import jax.numpy as jnp
+
+        envs = [self.make_task(c) for c in self.task_combinations()]
+
+        def sizes(env):
+            return (env.num_actions, env.num_features, env.num_active, self.cap_of(env), self.discount_of(env))
+
+        if len({sizes(e) for e in envs}) > 1:
+            return "its values change the task's sizes, episode cap or discount"
+
+        def shapes(env, key):
+            state = env.reset(key)
+            nxt, reward, terminal = env.step(key, state, jnp.int32(0))
+            return state, env.features(state), nxt, env.features(nxt), reward, terminal
+
+        def traced(values, key):
+            env = self.traced_task(values)
+            if any(isinstance(x, jax.Array) for x in sizes(env)) or sizes(env) != sizes(envs[0]):
+                raise ValueError("the traced values change the task's sizes, episode cap or discount")
+            return shapes(env, key)
+
+        key = jax.random.key(0)
+        values = {n: jax.ShapeDtypeStruct((), jnp.dtype(self.task_axis_dtype(n))) for n in self.task_axes}
+        try:
+            got = jax.eval_shape(traced, values, key)
+        except Exception as e:  # whatever a factory does with a tracer it cannot take
+            return f"the factory does not take traced values ({type(e).__name__}: {str(e).splitlines()[0][:120]})"
+        want = [jax.eval_shape(functools.partial(shapes, env), key) for env in envs]
+        if any(jax.tree_util.tree_structure(w) != jax.tree_util.tree_structure(got)
+               or jax.tree_util.tree_leaves(w) != jax.tree_util.tree_leaves(got) for w in want):
+            return "its values change the shapes of the task's state or features"
+        return None
 
     @property
     def block_steps(self) -> int:

@@ -129,15 +129,16 @@ def plan_chunk(spec: ControlSpec, chunk_size: int | None = None, n_devices: int 
 
 
 def plan(spec: ControlSpec, chunk: int):
-    """(groups, chunks) as `bec_jax.sweep.plan` gives them: one group per
-    combination of the task axes' values (one without task axes), each its own
-    task and program (`Group.static` holds the values), and chunks of at most
-    `chunk` points."""
-    names = list(spec.task_axes)
-    if not names:
+    """(groups, chunks) as `bec_jax.sweep.plan` gives them, and chunks of at
+    most `chunk` points: one group of every point, or with task axes that
+    cannot be traced (`ControlSpec.task_axes_traced`) one group per
+    combination of their values, each its own task and program
+    (`Group.static` holds the values)."""
+    if not spec.task_axes or spec.task_axes_traced:
         G = spec.num_points
         groups = [Group(np.arange(G), [], np.zeros(G, np.int32), ())]
         return groups, split(groups, chunk)
+    names = list(spec.task_axes)
     points = spec.grid_points()
     groups = []
     for combo in spec.task_combinations():
@@ -213,6 +214,9 @@ def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memor
     meta = run_meta(devices, pl.grid, len(chunks), ran, len(done_chunks or {}), work={
         "logged_steps": steps,
         "steps_per_s": steps / ran.run_time_s if ran.run_time_s > 0 and not done_chunks else None})
+    if spec.task_axes:  # one program for every value, or one per value and why
+        meta["task_axes"] = ("one program (traced)" if spec.task_axes_traced
+                             else f"a program per value: {spec.task_axes_reason}")
     return assemble(spec, groups, chunks, ran.results, meta)
 
 

@@ -193,7 +193,9 @@ def memo_put(memo, hit) -> None:
 def spec_shape(spec) -> dict:
     """`spec.to_dict()` without what a program takes as input: the base seed and
     the grid's values (its columns' names stay). The spec's part of
-    `memo_key` and of `engine.program_cache.file_key`."""
+    `memo_key` and of `engine.program_cache.file_key`. A spec with more of
+    its dict taken as input has a `program_shape(d)` that drops it
+    (`ControlSpec.program_shape`: traced task axes)."""
     d = spec.to_dict()
     d.pop("seed", None)
     for field in ("hyperparameters", "env_params"):  # values traced, or in the models and group.static
@@ -201,7 +203,8 @@ def spec_shape(spec) -> dict:
             d[field] = sorted(d[field])
     if d.get("points") is not None:
         d["points"] = sorted({name for p in d["points"] for name in p})
-    return d
+    hook = getattr(spec, "program_shape", None)
+    return hook(d) if hook is not None else d
 
 
 def memo_key(spec, group, size: int, devices, form: KernelForm, kind: str) -> tuple:
