@@ -197,6 +197,32 @@ def test_programs_are_kept_on_disk_only_when_their_key_covers_them(tmp_path, mon
     assert key(base) is None
 
 
+def test_control_programs_are_kept_on_disk_only_for_tasks_the_key_follows(tmp_path, monkeypatch):
+    """A control task of bec_jax's own (a registered task, a gymnax task with a
+    built-in feature map, with gymnax's version in the key) is kept; a task or
+    feature map from a user's module (which could change with the key
+    unchanged) is not."""
+    from bec_jax.control import sweep as control
+    from bec_jax.control.spec import ControlSpec
+    monkeypatch.setattr(program_cache, "cache_dir", lambda: str(tmp_path))
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # examples.gridworld
+    devices = jax.devices()[:1]
+
+    def key(**kw):
+        spec = ControlSpec(algorithm="q", hyperparameters={"alpha": [0.5]}, seeds=2, episodes=3, **kw)
+        (group,), _ = control.plan(spec, 1)
+        return program_cache.file_key(spec, group, 1, devices, tuning.choose_form(spec, devices), "control")
+
+    assert key(task="cliff_walking") is not None
+    assert key(task="examples.gridworld:make_gridworld") is None
+    pytest.importorskip("gymnax")
+    box = {"low": -1.0, "high": 1.0}
+    tiles = key(task="gymnax:CartPole-v1", task_params={"features": "tiles", **box})
+    assert tiles is not None and tiles != key(task="gymnax:CartPole-v1", task_params={"features": "fourier", **box})
+    mine = key(task="gymnax:CartPole-v1", task_params={"features": "bec_jax.control.features:fourier", **box})
+    assert mine is None  # a package.module:function map is not followed, even one of ours
+
+
 def test_a_control_sweep_with_other_step_sizes_reuses_its_program():
     from bec_jax.control import sweep as control
     from bec_jax.control.spec import ControlSpec

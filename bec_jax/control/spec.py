@@ -252,6 +252,21 @@ class ControlSpec:
         every value is an integer, else the sweep's dtype."""
         return "int32" if all(is_int(v) for v in self.hyperparameters[name]) else self.dtype
 
+    def program_sources(self) -> list:
+        """What of the task's code shapes this sweep's programs, for the disk
+        key of `engine.program_cache.file_key`: the task's factory and a
+        feature map given as a function or `package.module:function` (None:
+        code that key cannot follow), and gymnax's version for a gymnax task."""
+        factory = tasks.factory(self.task)
+        out = [factory.func if isinstance(factory, functools.partial) else factory]
+        features = self.task_params.get("features")
+        if callable(features) or (isinstance(features, str) and ":" in features):
+            out.append(features if callable(features) else None)
+        if self.task.startswith(tasks.GYMNAX):
+            import importlib.metadata
+            out.append(f"gymnax {importlib.metadata.version('gymnax')}")
+        return out
+
     def program_shape(self, d: dict) -> dict:
         """`to_dict()`'s `d` less what a program takes as input
         (`engine.tuning.spec_shape`): traced task axes keep their names and

@@ -14,9 +14,9 @@ sweep that differs from an earlier one only in its step sizes or its seed
 loads its program in about 0.1 s, with nothing traced (`compile_or_load`).
 
 A key must change whenever the program would. So only programs made from
-bec_jax's own code are kept: an algorithm, a metric or a spec field from
-elsewhere (a user's module can change without a trace of it in the key)
-gives no key, and such a program goes through JAX's cache as before. The
+bec_jax's own code are kept: an algorithm, a metric, a control task or
+feature map (`ControlSpec.program_sources`) or a spec field from elsewhere (a
+user's module can change without a trace of it in the key) gives no key, and such a program goes through JAX's cache as before. The
 files live beside JAX's persistent cache (`jax_compilation_cache_dir`), and
 only while that cache is on; any failure to read or write one is a miss.
 Loading unpickles the file: like JAX's own cache, the directory must be
@@ -108,6 +108,10 @@ def file_key(spec, group, size: int, devices, form, kind: str, extra: tuple = ()
     alg = spec.algorithm_def
     fns = [_ours(alg.init), _ours(alg.update)]
     fns += [_ours(metrics.metric_def(m).build) for m in getattr(spec, "metrics", ())]
+    # A front's own code in the program (a control task's factory, its feature
+    # map), or a version string of a library that defines it (gymnax).
+    sources = getattr(spec, "program_sources", None)
+    fns += [s if isinstance(s, str) else _ours(s) for s in (sources() if sources is not None else ())]
     if any(f is None for f in fns):
         return None
     d = tuning.spec_shape(spec)
