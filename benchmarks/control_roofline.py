@@ -7,8 +7,9 @@ For each task, one algorithm (CGQ: the costliest of Q, CQ, GQ, CGQ) at the
 authors' behaviour, the runs of the task's selection grid (`TASKS`; `--runs`
 for another count) as one flat batch, exactly the step a control program
 scans (`control.program.member`: act, step the task, update, log, and the
-resets where an episode ended), compiled with the control front's XLA options
-(`tuning.choose_form`), on one CPU device:
+resets where an episode ended), compiled with the XLA options the control
+front gives the reproduction's sweeps (`tuning.choose_form`: the fusion
+emitters), on one CPU device:
 
   1. flops and bytes of one step of the batch, from XLA's cost analysis of the
      compiled step, divided by the runs: the work of one run-step. XLA counts
@@ -86,8 +87,9 @@ def measure(task: str, runs: int, steps: int, repeats: int) -> dict:
         keys_t = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, t)
         return m.step_all(c, keys_t, cols)
 
-    # The XLA options the control front compiles its programs with (`tuning.choose_form`).
-    opts = tuning.choose_form(spec, jax.devices()[:1]).compiler_options
+    # The XLA options the control front compiles the reproduction's sweeps with
+    # (`tuning.choose_form`: over LIGHT_COMPILE_UPDATES, the fusion emitters).
+    opts = tuning.choose_form(spec, jax.devices()[:1], updates=tuning.LIGHT_COMPILE_UPDATES).compiler_options
     step1 = jax.jit(one).lower(carry, jnp.int32(0)).compile(opts)
     cost = step1.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost

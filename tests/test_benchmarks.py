@@ -312,3 +312,23 @@ def test_kernel_prototype_script_smoke(tmp_path):
     a = d["agreement_with_engine"]
     assert 0 <= a["c_vs_engine_within_3"] <= 1 and 0 <= a["engine_vs_engine_within_3"] <= 1
     assert "full / bare" in out and "the C loop follows the NumPy loop" in out
+
+
+def test_control_waste_counts_run_steps_by_hand(tmp_path):
+    """benchmarks.control_waste on two members of hand-made run lengths."""
+    from benchmarks import control_waste as cw
+    a = np.array([[10, 20], [100, 90]])  # 2 points x 2 seeds: the member steps 4 x 100
+    b = np.array([[5, 5, 5]])            # 1 point x 3 seeds: 3 x 5
+    assert cw.computed([a, b], "member") == 400 + 15
+    assert cw.computed([a, b], "point") == 2 * 20 + 2 * 100 + 15
+    # sorted [100, 90, 20, 10] in groups of 2: 2 x 100 + 2 x 20; [5, 5, 5]: 2 x 5 + 1 x 5
+    assert cw.computed([a, b], "compacted", group=2) == 240 + 15
+    with pytest.raises(ValueError, match="mode"):
+        cw.computed([a], "nope")
+    out = _run(["-m", "benchmarks.control_waste"], tmp_path)
+    d = json.loads((tmp_path / "control_waste_smoke.json").read_text())
+    _machine_ok(d)
+    # task a: useful 235 run-steps; member-level 415, per point 255
+    row = d["rows"][0]
+    assert row["useful_run_steps"] == 235 and abs(row["useful_fraction_member"] - 235 / 415) < 1e-12
+    assert abs(row["useful_fraction_point"] - 235 / 255) < 1e-12 and "| a | 7 | 2 |" in out
