@@ -299,6 +299,7 @@ def test_readme_control_quickstart_runs_as_pasted(tmp_path):
     assert grid.lengths.shape == (2, 2, 30) and grid.lengths.min() == 6 and np.median(grid.lengths[0, :, -10:]) == 6
     assert grid.lengths[1, :, -10:].mean() > grid.lengths[0, :, -10:].mean()  # slip 0.2 strays from the path
     assert grid.meta["task_axes"] == "one program (traced)" and grid.meta["compiled_programs"] == 1
+    assert "best by mean return per episode at slip=0.2:" in p.stdout  # the best setting at each task value
 
 
 # ------------------------------------------------------------------ bad input on the command line

@@ -167,9 +167,24 @@ def test_traced_task_axes_run_every_value_in_one_program(_repo_root):
         for k in ("returns", "lengths", "diverged_step"):  # not omega: a run steps on until its chunk is done
             np.testing.assert_array_equal(getattr(r, k)[i], getattr(alone, k)[0])
     assert r.lengths[2].mean() > r.lengths[0].mean()  # a random walk (slip 1) takes longer than learning
+    # a task axis is not a setting to pick: figures, tables and the summary line take the best at each value
+    parts = r.by_task_value()
+    assert [v for v, _ in parts] == [{"slip": 0.0}, {"slip": 0.3}, {"slip": 1.0}]
+    for i, (_, part) in enumerate(parts):
+        assert part.num_points == 1 and part.point(0) == r.point(i)
+        np.testing.assert_array_equal(part.lengths[0], r.lengths[i])
+    from bec_jax.control import plotting
+    rows = plotting.summary_rows({"g": r}, "length")
+    assert [(row["sweep"], row["setting"]) for row in rows] == [
+        (f"g (slip={v:g})", f"alpha=0.5, beta=0.01, slip={v:g}") for v in (0.0, 0.3, 1.0)]
+    assert ControlSpec(**kw).task_axes == {} and len(_alone_result(kw).by_task_value()) == 1
     other = sweep.run(ControlSpec(task_axes={"slip": [0.1, 0.2, 0.5]}, **kw), progress=False)
     assert other.meta["compiled_programs"] == 0  # the same program, other values
     assert not np.array_equal(other.lengths, r.lengths)
+
+
+def _alone_result(kw):
+    return sweep.run(ControlSpec(**kw), progress=False)
 
 
 def test_task_axes_that_cannot_be_traced_say_why(_repo_root):

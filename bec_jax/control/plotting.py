@@ -39,6 +39,24 @@ def smoothing_window(episodes: int) -> int:
     return max(1, min(20, episodes // 10))
 
 
+def by_task_value(results: dict) -> dict:
+    """`results` ({key: ControlResult}) with each result that has task axes
+    split into one entry per value of them (`ControlResult.by_task_value`),
+    keyed "key (name=value)": its best setting is chosen at each value, as the
+    task differs from one to the next."""
+    out = {}
+    for key, r in results.items():
+        for values, part in r.by_task_value():
+            out[f"{key} ({', '.join(f'{n}={v:g}' for n, v in values.items())})" if values else key] = part
+    return out
+
+
+def _at_task_values(r) -> str:
+    """' (slip=0.2)' for a result at one value of each of its task axes (`by_task_value`), else ''."""
+    (values, _), *rest = r.by_task_value()
+    return f" ({', '.join(f'{n}={v:g}' for n, v in values.items())})" if values and not rest else ""
+
+
 def _window(results: dict) -> int:
     return smoothing_window(min(r.episodes for r in results.values()))
 
@@ -131,7 +149,7 @@ def sensitivity(ax, results: dict, over: str = "alpha", stat: str = "length", st
         xs, ys = np.asarray(xs), np.asarray(ys)
         err = np.abs(np.stack([ys - np.asarray(los), np.asarray(his) - ys]))
         ax.errorbar(xs, ys, yerr=np.nan_to_num(err), marker="o", ms=3, lw=1.3, capsize=2, color=st.get("color"),
-                    ls=st.get("ls", "-"), label=st.get("label", algorithm_label(r)))
+                    ls=st.get("ls", "-"), label=st.get("label", algorithm_label(r) + _at_task_values(r)))
     ax.set_xscale("log")
     if stat == "length":
         ax.set_yscale("log")
@@ -146,8 +164,10 @@ def compare_figure(results: dict, metric: str | None = None, title: str = "", se
     """One panel: the curve by episode of each result's best grid point (or the
     best of the points `select` names), mean over seeds with its 95% t-interval
     band, labelled by its key and setting. `metric` is the statistic, 'return'
-    (default) or 'length'."""
+    (default) or 'length'. A result with task axes has a curve at each of
+    their values (`by_task_value`)."""
     stat = check_stat(metric)
+    results = by_task_value(results)
     points = chosen_points(results, stat, select)
     fig, axes = new_figure(1, 1, panel=(7.0, 4.6))
     curves(axes[0, 0], results, stat, "episode", _window(results), styles={k: {"label": str(k)} for k in results},
@@ -162,8 +182,10 @@ def plot_results(results: dict, out_dir: str, stat: str | None = None, select: d
     `out_dir`: each one's best curve (by `stat`, default return; or the best
     of the points `select` names) by episode and by step on one figure
     (`<prefix>curves.png/pdf`) and the sensitivity to the first grid column
-    (`<prefix>sensitivity.png/pdf`). Returns the paths."""
+    (`<prefix>sensitivity.png/pdf`); a result with task axes at each of their
+    values (`by_task_value`). Returns the paths."""
     stat = check_stat(stat)
+    results = by_task_value(results)
     points = chosen_points(results, stat, select)
     fig, axes = new_figure(1, 2, panel=(6.0, 4.4))
     tasks = sorted({r.task for r in results.values()})
@@ -185,7 +207,8 @@ def plot_result(r, out_dir: str, stat: str | None = None) -> list[str]:
 
 
 def summary_rows(results: dict, metric: str | None = None, confirmations: dict | None = None) -> list[dict]:
-    """One row per result ({key: ControlResult}): its best setting by `metric`
+    """One row per result ({key: ControlResult}), or per value of its task
+    axes (`by_task_value`): its best setting by `metric`
     ('return', the default, or 'length'; `best_by`), and there the area under
     each statistic's curve (the mean over episodes) and its final value (the
     last 10% of episodes), each with its 95% Student-t interval over seeds
@@ -195,7 +218,7 @@ def summary_rows(results: dict, metric: str | None = None, confirmations: dict |
     signature; control runs have none.)"""
     stat = check_stat(metric)
     rows = []
-    for key, r in results.items():
+    for key, r in by_task_value(results).items():
         row = {"sweep": key, "task": r.task, "algorithm": r.algorithm}
         try:
             b = r.best_index(stat)

@@ -10,6 +10,8 @@ last finished episode and is counted as incomplete.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 from dataclasses import dataclass, field
@@ -194,6 +196,26 @@ class ControlResult:
             else:
                 mask &= np.isclose(col, v)
         return mask
+
+    def take(self, mask: np.ndarray) -> ControlResult:
+        """The result restricted to the grid points where `mask` (G,) is True
+        (the same spec and meta)."""
+        mask = np.asarray(mask, bool)
+        return dataclasses.replace(self, grid={n: np.asarray(v)[mask] for n, v in self.grid.items()},
+                                   returns=self.returns[mask], lengths=self.lengths[mask],
+                                   diverged_step=self.diverged_step[mask],
+                                   omega=None if self.omega is None else self.omega[mask])
+
+    def by_task_value(self) -> list[tuple[dict, ControlResult]]:
+        """[(task values, the result at them)]: one entry per combination of
+        the task axes' values (`ControlSpec.task_axes`), in grid order, or
+        [({}, self)] without task axes. A task axis is not a setting to pick:
+        the best setting is chosen at each of its values."""
+        names = [n for n in (self.spec_dict or {}).get("task_axes") or {} if n in self.grid]
+        if not names:
+            return [({}, self)]
+        combos = dict.fromkeys(tuple(float(self.grid[n][i]) for n in names) for i in range(self.num_points))
+        return [(dict(zip(names, c)), self.take(self.select(**dict(zip(names, c))))) for c in combos]
 
     def ci(self, values: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         """(low, high), each (G,): Student-t intervals of the mean of per-seed
