@@ -10,11 +10,9 @@ last finished episode and is counted as incomplete.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -201,7 +199,7 @@ class ControlResult:
         """The result restricted to the grid points where `mask` (G,) is True
         (the same spec and meta)."""
         mask = np.asarray(mask, bool)
-        return dataclasses.replace(self, grid={n: np.asarray(v)[mask] for n, v in self.grid.items()},
+        return replace(self, grid={n: np.asarray(v)[mask] for n, v in self.grid.items()},
                                    returns=self.returns[mask], lengths=self.lengths[mask],
                                    diverged_step=self.diverged_step[mask],
                                    omega=None if self.omega is None else self.omega[mask])

@@ -16,11 +16,12 @@ loads its program in about 0.1 s, with nothing traced (`compile_or_load`).
 A key must change whenever the program would. So only programs made from
 bec_jax's own code are kept: an algorithm, a metric, a control task or
 feature map (`ControlSpec.program_sources`) or a spec field from elsewhere (a
-user's module can change without a trace of it in the key) gives no key, and such a program goes through JAX's cache as before. The
-files live beside JAX's persistent cache (`jax_compilation_cache_dir`), and
-only while that cache is on; any failure to read or write one is a miss.
-Loading unpickles the file: like JAX's own cache, the directory must be
-writable by its user only.
+user's module can change without a trace of it in the key) gives no key,
+and such a program goes through JAX's cache as before. The files live
+beside JAX's persistent cache (`jax_compilation_cache_dir`), and only while
+that cache is on; any failure to read or write one is a miss. Loading
+unpickles the file: like JAX's own cache, the directory must be writable by
+its user only.
 """
 from __future__ import annotations
 
