@@ -318,6 +318,10 @@ BOX = ["--task-param", "low=-1", "--task-param", "high=1"]
     (["--task", "gymnax:CartPole-v1", "--task-param", "features=fourier", "--task-param", "bins=3"] + BOX,
      "bins: not a parameter of features 'fourier'"),
     (["--task", "gymnax:CartPole-v1", "--task-param", "low=1 2"], "low: a number or 4 numbers"),
+    (["--task", "gymnax:CartPole-v1", "--task-param", "gravity=heavy"] + BOX,
+     "gravity: a number (a parameter of gymnax:CartPole-v1's dynamics)"),
+    (["--task", "gymnax:CartPole-v1", "--task-param", "max_steps_in_episode=9"] + BOX,
+     "max_steps_in_episode: the time limit is the loop's episode cap"),
     (["--task", "gymnax:Breakout-MinAtar"], "bins: 3 actions x about 1e362 tiles"),  # 400 dimensions
     (["--task", "examples.gridworld:nope"], "task: module 'examples.gridworld' has no attribute 'nope'"),
     (["--task", "examples.gridworld:make_gridworld", "--task-param", "size=1"], "size: an integer >= 2, got 1"),
@@ -335,6 +339,28 @@ def test_a_bad_task_or_feature_map_exits_2_with_one_line(args, field, tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"bec-jax: error: {field}"), err
     assert not out.exists()
+
+
+def test_a_gymnax_environment_parameter_is_a_grid_axis_of_one_program():
+    """CartPole's gravity, a field of its EnvParams, as a task axis: both values
+    in one program, each point what the task with that gravity alone gives
+    (gravity enters the same float32 arithmetic either way: the same bits)."""
+    pytest.importorskip("gymnax")
+    from bec_jax.control import sweep, tasks
+    from bec_jax.control.spec import ControlSpec
+    kw = dict(task="gymnax:CartPole-v1", algorithm="cq", hyperparameters={"alpha": [0.01], "beta": [0.01]}, seeds=2,
+              episodes=8, task_params={"features": "fourier", "order": 1, "low": -3, "high": 3}, epsilon=0.1)
+    spec = ControlSpec(task_axes={"gravity": [9.8, 30.0]}, **kw)
+    assert spec.task_axes_traced
+    r = sweep.run(spec, progress=False)
+    assert r.meta["compiled_programs"] == 1
+    for i, g in enumerate((9.8, 30.0)):
+        alone = sweep.run(ControlSpec(**{**kw, "task_params": {**kw["task_params"], "gravity": g}}), progress=False)
+        np.testing.assert_array_equal(r.lengths[i], alone.lengths[0])
+        np.testing.assert_array_equal(r.returns[i], alone.returns[0])
+    assert not np.array_equal(r.lengths[0], r.lengths[1])
+    assert tasks.make("gymnax:CartPole-v1", features="fourier", order=1, low=-3, high=3,
+                      gravity=30.0).params["gravity"] == 30.0
 
 
 # ------------------------------------------------------------------ one sweep, either kind

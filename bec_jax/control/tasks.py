@@ -475,7 +475,7 @@ def _box(env, env_params, low, high) -> tuple[int, np.ndarray, np.ndarray]:
 
 
 def gymnax_task(env_id: str, *, features="tiles", gamma=GAMMA, max_episode_steps=None, low=None, high=None,
-                **feature_params) -> ControlEnv:
+                **params) -> ControlEnv:
     """Any gymnax environment with discrete actions as a task (`--task
     gymnax:ENV_ID`), its features given by a feature map (`control.features`).
 
@@ -489,8 +489,14 @@ def gymnax_task(env_id: str, *, features="tiles", gamma=GAMMA, max_episode_steps
       low, high: the box the feature map covers: a number (every dimension),
         one per observation dimension, or a string of them separated by spaces;
         by default the observation space's bounds, which must then be finite.
-      **feature_params: the feature map's parameters (num_tilings and bins,
-        order, centers and sigma).
+      **params: the environment's own parameters, fields of its gymnax
+        `EnvParams` (CartPole's `gravity`, `masspole`, ...: replaced as given,
+        so derived fields such as CartPole's `total_mass` are not recomputed;
+        the time limit is `max_episode_steps`); any other name is the feature
+        map's (num_tilings and bins, order, centers and sigma). Environment
+        parameters may be traced values, so a grid axis of them runs in one
+        program (`ControlSpec.task_axes_traced`); the feature map's box comes
+        from the environment's default parameters.
 
     Termination and truncation are kept apart. gymnax (>= 1.0) reports a step's
     true termination from `step_env` and applies its time limit only in `step`
@@ -519,24 +525,35 @@ def gymnax_task(env_id: str, *, features="tiles", gamma=GAMMA, max_episode_steps
         max_episode_steps = int(limit)
     cap = _positive_int("max_episode_steps", max_episode_steps)
 
-    dims, lo, hi = _box(env, env_params, low, high)
+    with jax.ensure_compile_time_eval():  # concrete even when the task is built inside a trace (task axes)
+        dims, lo, hi = _box(env, env_params, low, high)
+    fields = {f.name for f in dataclasses.fields(env_params)}
+    own = {k: v for k, v in params.items() if k in fields}
+    feature_params = {k: v for k, v in params.items() if k not in fields}
+    if "max_steps_in_episode" in own:
+        raise ValueError("max_steps_in_episode: the time limit is the loop's episode cap; give max_episode_steps")
+    for k, v in own.items():
+        if not isinstance(v, jax.Array) and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
+            raise ValueError(f"{k}: a number (a parameter of {name}'s dynamics), got {v!r}")
+    run_params = env_params.replace(**own) if own else env_params
     if not isinstance(features, str):
         raise ValueError(f"features: a feature map's kind or package.module:function, got {features!r}")
-    fm = feature_maps.make(features, lo, hi, num_actions, **feature_params)
-    width, _ = feature_maps.check(fm, dims, num_actions, features)
+    with jax.ensure_compile_time_eval():
+        fm = feature_maps.make(features, lo, hi, num_actions, **feature_params)
+        width, _ = feature_maps.check(fm, dims, num_actions, features)
 
     def observe(obs):
         return jnp.asarray(obs).reshape(-1).astype(jnp.float32)
 
     def reset(key):
         """gymnax's `reset_env`: a fresh state and its observation."""
-        obs, state = env.reset_env(key, env_params)
+        obs, state = env.reset_env(key, run_params)
         return GymnaxState(jax.tree.map(_canonical_leaf, state), observe(obs))
 
     def step(key, state, action):
         """gymnax's `step_env` (no auto reset); terminal is its termination,
         without the time limit (the loop's cap)."""
-        obs, nxt, reward, terminated, _ = env.step_env(key, state.env, jnp.asarray(action, jnp.int32), env_params)
+        obs, nxt, reward, terminated, _ = env.step_env(key, state.env, jnp.asarray(action, jnp.int32), run_params)
         return (GymnaxState(jax.tree.map(_canonical_leaf, nxt), observe(obs)), jnp.asarray(reward, jnp.float32),
                 jnp.asarray(terminated, bool))
 
@@ -545,7 +562,7 @@ def gymnax_task(env_id: str, *, features="tiles", gamma=GAMMA, max_episode_steps
         return fm.fn(state.obs)
 
     params = {"features": features, "gamma": gamma, "max_episode_steps": cap,
-              "low": [float(v) for v in lo], "high": [float(v) for v in hi], **fm.params}
+              "low": [float(v) for v in lo], "high": [float(v) for v in hi], **fm.params, **own}
     return ControlEnv(name=name, num_actions=num_actions, num_features=fm.num_features, num_active=width,
                       gamma=gamma, max_episode_steps=cap, params=params, reset=reset, step=step,
                       features=task_features)
