@@ -220,12 +220,13 @@ def cmd_control(args) -> int:
     result = _run_into_dir(spec, args, "control")
     if isinstance(result, int):
         return result
+    from bec_jax.control.results import values_text
     m = result.meta
     print(f"{result.task} / {result.algorithm}: {result.num_points} grid points x {result.seeds} seeds x "
           f"{result.episodes} episodes ({m['logged_steps']:,} steps) in {m['run_time_s']:.2f} s "
           f"(+ {m['compile_time_s']:.2f} s compile{_timing_note(m)})")
     for values, part in result.by_task_value():  # a task axis is not a setting: the best at each value
-        at = f" at {', '.join(f'{n}={v:g}' for n, v in values.items())}" if values else ""
+        at = f" at {values_text(values)}" if values else ""
         try:
             # By return, the objective on every task (on the built-in ones each step
             # costs -1, so it also ranks by steps per episode; on CartPole more is better).

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bec_jax.control.results import values_text
 from bec_jax.plotting import (
     algorithm_label,
     new_figure,
@@ -47,14 +48,14 @@ def by_task_value(results: dict) -> dict:
     out = {}
     for key, r in results.items():
         for values, part in r.by_task_value():
-            out[f"{key} ({', '.join(f'{n}={v:g}' for n, v in values.items())})" if values else key] = part
+            out[f"{key} ({values_text(values)})" if values else key] = part
     return out
 
 
 def _at_task_values(r) -> str:
     """' (slip=0.2)' for a result at one value of each of its task axes (`by_task_value`), else ''."""
     (values, _), *rest = r.by_task_value()
-    return f" ({', '.join(f'{n}={v:g}' for n, v in values.items())})" if values and not rest else ""
+    return f" ({values_text(values)})" if values and not rest else ""
 
 
 def _window(results: dict) -> int:

@@ -96,7 +96,7 @@ def grid_inputs(spec: ControlSpec, indices: np.ndarray, n_devices: int = 1) -> d
     seed_index = np.concatenate([seed_index, np.repeat(seed_index[-1:], padded - runs)])
     columns = spec.grid_arrays()
     out = {n: columns[n][point].astype(spec.dtype) for n in spec.names if n not in spec.task_axes}
-    if spec.task_axes and spec.task_axes_traced:  # the task's values, per run (`member`)
+    if spec.task_axes_traced:  # the task's values, per run (`member`)
         out.update({n: columns[n][point].astype(spec.task_axis_dtype(n)) for n in spec.task_axes})
     if "epsilon_decay" in out:
         out["epsilon_decay"] = np.log(columns["epsilon_decay"][point]).astype(np.float32)
@@ -118,7 +118,7 @@ def member(spec: ControlSpec, task) -> Member:
         raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state has no such field")
     axes = state_axes(template, alg.counter)
     alg_names = spec.algorithm_names
-    if spec.task_axes and spec.task_axes_traced:
+    if spec.task_axes_traced:
         # Every value of the task axes in this one program: each run builds its
         # task from its own columns (sizes, cap and discount are the same for
         # every value: `ControlSpec.task_axes_reason`).

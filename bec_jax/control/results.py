@@ -38,6 +38,11 @@ STATS = ("length", "return")
 BETTER = {"length": "lower", "return": "higher"}
 
 
+def values_text(values: dict) -> str:
+    """'slip=0.2, size=4': task-axis values as the reports name them."""
+    return ", ".join(f"{n}={v:g}" for n, v in values.items())
+
+
 @dataclass
 class ControlResult:
     """Everything one control sweep reports.

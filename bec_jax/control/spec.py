@@ -271,14 +271,14 @@ class ControlSpec:
         """`to_dict()`'s `d` less what a program takes as input
         (`engine.tuning.spec_shape`): traced task axes keep their names and
         dtypes, not their values, so other values reuse the program."""
-        if self.task_axes and self.task_axes_traced:
+        if self.task_axes_traced:
             d = {**d, "task_axes": {n: self.task_axis_dtype(n) for n in self.task_axes}}
         return d
 
     @property
     def task_axes_traced(self) -> bool:
-        """Whether the task axes run in one program, as columns of the grid
-        (`task_axes_reason` says why not)."""
+        """Whether the spec has task axes and they run in one program, as
+        columns of the grid (`task_axes_reason` says why not)."""
         return self.task_axes_reason is None
 
     @functools.cached_property
