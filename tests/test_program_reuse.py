@@ -223,6 +223,36 @@ def test_control_programs_are_kept_on_disk_only_for_tasks_the_key_follows(tmp_pa
     assert mine is None  # a package.module:function map is not followed, even one of ours
 
 
+def test_a_control_task_registered_again_compiles_again():
+    """The process's program cache follows a control task's factory, not just
+    its name: a task registered again under the same name with other dynamics
+    gets its own program."""
+    import dataclasses
+
+    from bec_jax.control import sweep as control
+    from bec_jax.control import tasks
+    from bec_jax.control.spec import ControlSpec
+
+    def short(**p):
+        return dataclasses.replace(tasks.cliff_walking(**p), name="reuse_test_task")
+
+    def reward_two(**p):
+        env = short(**p)
+        return dataclasses.replace(env, step=lambda k, s, a: (lambda n, r, t: (n, 2 * r, t))(*env.step(k, s, a)))
+
+    kw = dict(task="reuse_test_task", algorithm="q", hyperparameters={"alpha": [0.5]}, seeds=2, episodes=3,
+              max_steps=300, block=50)
+    tasks.register("reuse_test_task", short)
+    try:
+        a = control.run(ControlSpec(**kw), progress=False)
+        tasks.register("reuse_test_task", reward_two, replace=True)
+        b = control.run(ControlSpec(**kw), progress=False)
+    finally:
+        tasks.TASKS.pop("reuse_test_task", None)
+    assert b.meta["compiled_programs"] == 1
+    np.testing.assert_array_equal(b.returns, 2 * a.returns)
+
+
 def test_a_control_sweep_with_other_step_sizes_reuses_its_program():
     from bec_jax.control import sweep as control
     from bec_jax.control.spec import ControlSpec

@@ -220,6 +220,9 @@ def memo_key(spec, group, size: int, devices, form: KernelForm, kind: str) -> tu
     alg = spec.algorithm_def
     models = tuple(fingerprint(m) for m in group.models)
     builders = tuple(id(metrics.metric_def(m).build) for m in getattr(spec, "metrics", ()))
+    # A front's own code in the program (a control task registered again under its name)
+    sources = getattr(spec, "program_sources", None)
+    builders += tuple(s if s is None or isinstance(s, str) else id(s) for s in (sources() if sources else ()))
     return (json.dumps(d, sort_keys=True, default=str), models, id(alg.init), id(alg.update), builders,
             getattr(alg, "shares_scalars", False), group.static, len(group.models), size,
             tuple(dev.id for dev in devices), json.dumps(form._asdict(), default=str), kind)
