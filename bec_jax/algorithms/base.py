@@ -281,6 +281,15 @@ class Algorithm:
         into an array its consumers read, instead of being recomputed in each
         of them; the results are the same bit for bit. Undeclared, the update
         is traced as written, and those helpers are plain computations.
+      case_of: None, or (host, fixed) where this algorithm is a special case of
+        the one registered as `host` (a name): its update is host's, bit for
+        bit on the fields they share, with the hyperparameters `fixed`
+        ({name: value}) held at those values, its own passed by name, and
+        host's other state fields left at their init values. A control program
+        may then run its sweeps in one member with host's sweeps or host's other
+        cases (`control.program.fusion`): one compiled update for all their runs.
+        Every declared case is checked against its host, step by step, in
+        tests/test_control_fusion.py.
     """
 
     name: str
@@ -293,10 +302,12 @@ class Algorithm:
     label: str | None = None
     traces: dict = dataclasses.field(default_factory=dict)
     shares_scalars: bool = False
+    case_of: tuple | None = None
 
     def __hash__(self):
+        case = None if self.case_of is None else (self.case_of[0], tuple(sorted(self.case_of[1].items())))
         return hash((self.name, self.init, self.update, self.hyperparameters, self.weights, self.counter,
-                     tuple(sorted(self.traces.items(), key=lambda kv: kv[0])), self.shares_scalars))
+                     tuple(sorted(self.traces.items(), key=lambda kv: kv[0])), self.shares_scalars, case))
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or any(c.isspace() for c in self.name):
@@ -315,6 +326,13 @@ class Algorithm:
             raise ValueError(f"{self.name}: traces must map state fields to expectation functions")
         if self.label is None:
             object.__setattr__(self, "label", self.name.upper())
+        if self.case_of is not None:
+            ok = (isinstance(self.case_of, tuple) and len(self.case_of) == 2 and isinstance(self.case_of[0], str)
+                  and isinstance(self.case_of[1], dict)
+                  and all(isinstance(k, str) and isinstance(v, (int, float)) for k, v in self.case_of[1].items()))
+            if not ok or self.case_of[0] == self.name:
+                raise ValueError(f"{self.name}: case_of must be (another algorithm's name, {{hyperparameter: "
+                                 f"number}}), got {self.case_of!r}")
 
     @property
     def names(self) -> tuple:

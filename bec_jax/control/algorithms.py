@@ -39,6 +39,12 @@ adds a user's, `get` also takes `package.module:attribute`):
                "Reward Centering", RLC 2024).
   rcq_value    Q-learning with value-based reward centering (same paper).
 
+Special cases (`Algorithm.case_of`), bit for bit: q is cq with beta = 0 (omega
+stays 0 and delta - 0 is delta), cq is cgq with zeta = 0 (u stays 0, so the
+correction adds -0, which changes no weight), gq is cgq with beta = 0,
+gq_authors is cgq_authors with beta = 0, and rcq_value is cq. A program that
+runs several of them runs them as one member (`control.program.fusion`).
+
 The authors' forms differ from the published ones in one place only: the
 correction w -= alpha gamma p phi(s', a*) uses the task's discount
 `tr.gamma` also on terminal transitions (their code has no (1 - term) factor
@@ -290,19 +296,19 @@ def rcq_value_update(state: RCQState, tr: ControlTransition, alpha: StepSize,
 Q = Algorithm(
     name="q", label="Q", init=q_init, update=q_update, hyperparameters=(_ALPHA,),
     equations="linear Q-learning (Watkins 1989), greedy target a* (no equation in the BEC paper)",
-    weights="w", counter="count")
+    weights="w", counter="count", case_of=("cq", {"beta": 0.0}))
 
 CQ = Algorithm(
     name="cq", label="CQ", init=cq_init, update=cq_update, hyperparameters=(_ALPHA, _BETA_OMEGA),
     equations="eqs. (28)-(29) [omega, theta] (CTD) on action values with greedy target a* "
               "(the authors' CQ)",
-    weights="w", counter="count")
+    weights="w", counter="count", case_of=("cgq", {"zeta": 0.0}))
 
 GQ = Algorithm(
     name="gq", label="GQ", init=gq_init, update=gq_update, hyperparameters=(_ALPHA, _ZETA),
     equations="Greedy-GQ of Maei, Szepesvari, Bhatnagar & Sutton (2010), published form: correction "
               "with the transition's discount, 0 at termination (no equation in the BEC paper)",
-    weights="w", counter="count")
+    weights="w", counter="count", case_of=("cgq", {"beta": 0.0}))
 
 CGQ = Algorithm(
     name="cgq", label="CGQ", init=cgq_init, update=cgq_update,
@@ -316,7 +322,7 @@ GQ_AUTHORS = Algorithm(
     hyperparameters=(_ALPHA, _ZETA),
     equations="Greedy-GQ (Maei et al. 2010) as in the authors' code (GameAI-NJUPT/BEC): correction "
               "with gamma also at termination",
-    weights="w", counter="count")
+    weights="w", counter="count", case_of=("cgq_authors", {"beta": 0.0}))
 
 CGQ_AUTHORS = Algorithm(
     name="cgq_authors", label="CGQ (authors' code)", init=cgq_init, update=cgq_authors_update,
@@ -338,7 +344,7 @@ RCQ_VALUE = Algorithm(
     equations="Q-learning with value-based reward centering (Naik et al. 2024); eqs. (12)-(13) "
               "[rewardcentering1, rewardcentering2] on action values, identical to CQ (eq. (24) "
               "[tdcentering])",
-    weights="w", counter="count")
+    weights="w", counter="count", case_of=("cq", {}))
 
 # name -> Algorithm in registration order: this module's, found by `_discover`,
 # then any a user registers.

@@ -10,7 +10,9 @@ sweeps of one task as one compiled XLA program.
                     update, log a finished episode, reset)    # vmap over G N runs
                 freeze runs whose state left the bound)))
 
-A member is one sweep: its algorithm, its grid, its learner states. Members
+A member is one sweep: its algorithm, its grid, its learner states; or, in a
+small program, the sweeps whose algorithms are cases of one algorithm, run as
+that one (`fusion`: Q, CQ and GQ as CGQ with step sizes held at 0). Members
 share the task, the seeds and the loop's settings (`run_many` packs sweeps
 that do), so the four algorithms of a task and all their settings run in one
 program, compiled once. A member whose runs have all finished stops costing
@@ -105,19 +107,22 @@ def grid_inputs(spec: ControlSpec, indices: np.ndarray, n_devices: int = 1) -> d
 
 
 SEED_INDEX = "seed_index"  # a run's seed, in a program's grid input (`grid_inputs`)
+REPORTED = ("omega", "rbar")  # a learner's scalars reported per run as "omega" (`outputs`)
 
 
-def member(spec: ControlSpec, task) -> Member:
-    """The member of `spec`: its algorithm, its state's batch axes and one step
-    of every (grid point, seed) run with the resets of finished episodes."""
-    alg = spec.algorithm_def
+def member(spec: ControlSpec, task, alg=None) -> Member:
+    """The member of `spec`: its algorithm (or `alg`, an algorithm `spec`'s is a
+    case of, run with every one of its hyperparameters as a column: `fusion`),
+    its state's batch axes and one step of every (grid point, seed) run with the
+    resets of finished episodes."""
+    alg_names = spec.algorithm_names if alg is None else alg.names
+    alg = spec.algorithm_def if alg is None else alg
     dtype = jnp.dtype(spec.dtype)
     cap, discount = spec.cap_of(task), spec.discount_of(task)
     template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((task.num_features,), dtype))
     if not hasattr(template, alg.weights):
         raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state has no such field")
     axes = state_axes(template, alg.counter)
-    alg_names = spec.algorithm_names
     if spec.task_axes_traced:
         # Every value of the task axes in this one program: each run builds its
         # task from its own columns (sizes, cap and discount are the same for
@@ -139,15 +144,117 @@ def member(spec: ControlSpec, task) -> Member:
     over_runs = jax.vmap(run_step, in_axes=(axes, 0, 0, 0, 0), out_axes=(axes, 0, 0, 0))
     reset_runs = jax.vmap(lambda ls, done, key, cols: loop.reset_done(task_of(cols), ls, done, key))
 
+    # The scalars `outputs` reports (omega, rbar) stop at a run's last logged
+    # episode, so they do not depend on how long its member runs on for other
+    # runs (`fusion`): a select of one number a run a step.
+    reported = tuple(n for n in REPORTED if hasattr(template, n) and getattr(axes, n) == 0)
+
     def step_all(c, keys_t, cols):
         # Resets (a task's reset and its features) are computed only on steps
         # where some run's episode ended: `loop.step`, with the reset skipped
         # when nothing would use it.
         learner, ls, log, done = over_runs(*c, keys_t, cols)
+        if reported:
+            finished = c[1].episodes >= spec.episodes
+            learner = learner._replace(**{n: jnp.where(finished, getattr(c[0], n), getattr(learner, n))
+                                          for n in reported})
         ls = jax.lax.cond(jnp.any(done), lambda: reset_runs(ls, done, keys_t, cols), lambda: ls)
         return learner, ls, log
 
     return Member(spec, alg, axes, step_all, task_of)
+
+
+class Fused(NamedTuple):
+    """A member of a program (`fusion`): the sweeps it runs, in program order,
+    and the algorithm it runs them as (None: the one sweep's own)."""
+
+    sweeps: tuple          # indices into the program's sweeps
+    host: object           # the `Algorithm` run, or None
+    fixed: tuple           # per sweep: {hyperparameter: value} held for its runs
+
+
+def cases(alg) -> list[tuple]:
+    """[(alg, {}), (host, fixed), (host's host, fixed with its own), ...]: the
+    algorithms `alg` is a case of (`Algorithm.case_of`), nearest first, each with
+    the hyperparameter values that make it `alg`."""
+    from bec_jax.control import algorithms
+    out, fixed = [(alg, {})], {}
+    while alg.case_of is not None:
+        name, held = alg.case_of
+        alg = algorithms.get(name)
+        if any(a.name == alg.name for a, _ in out):
+            raise ValueError(f"algorithm: case_of of {out[0][0].name} runs in a circle through {alg.name}")
+        fixed = {**fixed, **held}
+        out.append((alg, fixed))
+    return out
+
+
+def fusion(specs: list[ControlSpec], keep_state: bool = False) -> list[Fused]:
+    """The members of a program of `specs`: sweeps whose algorithms are cases of
+    one algorithm (`Algorithm.case_of`: Q, CQ, GQ and CGQ are all CGQ at some
+    step sizes 0) run as one member of that algorithm, the nearest one they
+    share, their runs side by side, so the program compiles one update for all
+    of them. A case's runs then do its host's work (CGQ's auxiliary weights for
+    a Q run); a member's fixed cost per step and its compile, paid once instead
+    of per sweep, weigh more (benchmarks/README.md, "One member for the cases of
+    an algorithm"). A sweep runs as its own member where it has loop axes other
+    sweeps lack, where its hyperparameters and the held ones are not exactly
+    the host's, or with `keep_state` (its own learner state is wanted; also
+    how `make_program` asks for a member per sweep)."""
+    if keep_state or len(specs) == 1:
+        return [Fused((i,), None, ({},)) for i in range(len(specs))]
+    chains = [cases(s.algorithm_def) for s in specs]
+    groups: dict = {}
+    for i, ch in enumerate(chains):
+        groups.setdefault(ch[-1][0].name, []).append(i)
+    out = []
+    for idx in groups.values():
+        host = None
+        if len(idx) > 1:  # the nearest algorithm every chain passes through
+            names = [[a.name for a, _ in chains[i]] for i in idx]
+            host = next(a for a, _ in chains[idx[0]] if all(a.name in n for n in names))
+        fits = []
+        for i in idx:
+            fixed = next((f for a, f in chains[i] if host is not None and a.name == host.name), None)
+            own = set(specs[i].algorithm_names)
+            loop_axes = tuple(n for n in specs[i].names if n not in own)
+            if fixed is not None and not own & set(fixed) and own | set(fixed) == set(host.names):
+                fits.append((i, fixed, loop_axes))
+            else:
+                out.append(Fused((i,), None, ({},)))
+        if fits and all(f[2] == fits[0][2] for f in fits) and len(fits) > 1:
+            out.append(Fused(tuple(f[0] for f in fits), host, tuple(f[1] for f in fits)))
+        else:
+            out += [Fused((f[0],), None, ({},)) for f in fits]
+    return sorted(out, key=lambda m: m.sweeps[0])
+
+
+def fuse_columns(grids: list[dict], fixed: tuple, dtype) -> dict:
+    """One member's per-run input from its sweeps' (`grid_inputs`), runs side
+    by side in sweep order, a held hyperparameter a column of its value."""
+    names = dict.fromkeys(n for g in grids for n in g)  # (`fusion` checked that each is a column or held)
+    return {name: jnp.concatenate([g[name] if name in g else jnp.full(g[SEED_INDEX].shape, f[name], dtype)
+                                   for g, f in zip(grids, fixed)]) for name in names}
+
+
+def unfuse(out: dict, grids: list[dict], specs: list[ControlSpec]) -> list[dict]:
+    """A member's outputs back per sweep (`fuse_columns`'s order); omega only
+    for a sweep whose own algorithm has one."""
+    parts, start = [], 0
+    for g, spec in zip(grids, specs):
+        n = g[SEED_INDEX].shape[0]
+        part = {k: v[start:start + n] for k, v in out.items()}
+        if "omega" in part and not has_omega(spec):
+            del part["omega"]
+        parts.append(part)
+        start += n
+    return parts
+
+
+def has_omega(spec: ControlSpec) -> bool:
+    """Whether the sweep's learner has an omega (or rbar) that `outputs` reports."""
+    shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((1,), jnp.dtype(spec.dtype)))
+    return any(hasattr(shapes, n) for n in REPORTED)
 
 
 def shared(specs: list[ControlSpec], axes: dict | None = None) -> Shared:
@@ -229,7 +336,7 @@ def outputs(carry, axes, keep_state: bool) -> dict:
     if keep_state:  # a shared leaf (the update counter) repeated per run, so every output has the run axis
         out["state"] = jax.tree_util.tree_map(
             lambda x, a: x if a is not None else jnp.broadcast_to(x, dstep.shape + x.shape), learner, axes)
-    for name in ("omega", "rbar"):
+    for name in REPORTED:
         if hasattr(learner, name):
             out["omega"] = getattr(learner, name)
     return out
@@ -294,7 +401,7 @@ REPORT_RUN_STEPS = 5_000_000  # run-steps between progress reports (a fraction o
 
 
 def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_state: bool = False,
-                 group=None, on_block: Callable | None = None) -> Program:
+                 group=None, on_block: Callable | None = None, fuse: bool = True) -> Program:
     """The program (`engine.programs.Program`) of sweeps that share a task, seeds
     and loop (`sizes`: each one's grid points per call). `fn(seed, grids)` takes
     one dict of per-run inputs (`grid_inputs`) per sweep and returns one dict of
@@ -302,13 +409,23 @@ def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_
     split among them (`shard_map` over the run axis: every member's runs, so a
     sweep of one point and many seeds uses every device too). One sweep (one
     size) gives a plain dict in and out; `group`: the record's
-    (`engine.plan.Group`); `on_block`: progress reports (`runs`)."""
+    (`engine.plan.Group`); `on_block`: progress reports (`runs`); `fuse`:
+    the cases of one algorithm as one member (`fusion`), else a member per
+    sweep."""
     sh = shared(specs, dict(group.static) if group is not None and group.static else None)
-    members = [member(s, sh.task) for s in specs]
+    plan = fusion(specs, keep_state or not fuse)
+    members = [member(specs[f.sweeps[0]], sh.task, f.host) for f in plan]
     single = len(specs) == 1
 
     def per_device(seed, grids):
-        return runs(sh, members, keep_state, seed, grids, on_block)
+        fused = [grids[f.sweeps[0]] if f.host is None else
+                 fuse_columns([grids[i] for i in f.sweeps], f.fixed, sh.dtype) for f in plan]
+        outs, back = runs(sh, members, keep_state, seed, fused, on_block), [None] * len(specs)
+        for f, o in zip(plan, outs):
+            parts = [o] if f.host is None else unfuse(o, [grids[i] for i in f.sweeps], [specs[i] for i in f.sweeps])
+            for i, part in zip(f.sweeps, parts):
+                back[i] = part
+        return tuple(back)
 
     devices = list(devices) if devices is not None else jax.devices()
     mesh = None if len(devices) <= 1 else Mesh(np.array(devices), (GRID_AXIS,))
@@ -319,11 +436,13 @@ def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_
 
     def program(seed, grids):  # the name XLA's module gets
         outs = per_device(seed, (grids,) if single else tuple(grids))
-        outs = tuple(by_point(o, n, sh.seeds, m.axes) for o, n, m in zip(outs, sizes, members))
+        axes = [members[next(j for j, f in enumerate(plan) if i in f.sweeps)].axes for i in range(len(specs))]
+        outs = tuple(by_point(o, n, sh.seeds, a) for o, n, a in zip(outs, sizes, axes))
         return outs[0] if single else outs
 
     return Program(spec=specs[0], group=group, fn=jax.jit(program), chunk=sum(sizes), mesh=mesh)
 
 
-__all__ = ["SEED_INDEX", "Member", "Shared", "behaviour_columns", "by_point", "episodes_done", "report_every", "grid_inputs", "init_member", "live", "make_program",
-           "member", "member_block", "outputs", "run_ok", "runs", "shared"]
+__all__ = ["REPORTED", "SEED_INDEX", "Fused", "Member", "Shared", "behaviour_columns", "by_point", "cases",
+           "episodes_done", "fuse_columns", "fusion", "grid_inputs", "has_omega", "init_member", "live",
+           "make_program", "member", "member_block", "outputs", "report_every", "run_ok", "runs", "shared", "unfuse"]

@@ -55,8 +55,10 @@ class ControlResult:
         episodes, in order; 0 after a run's last finished episode.
       diverged_step: (G, N) the block end at which a run's weights left the
         bound (its state is frozen from the block's start), -1 if never.
-      omega: (G, N) the final omega (the centered algorithms' estimate of the
-        mean TD error, or reward centering's average reward), or None.
+      omega: (G, N) omega at the end of a run's last logged episode (the
+        centered algorithms' estimate of the mean TD error, or reward
+        centering's average reward; at its last step where it did not finish
+        its episodes), or None.
       meta: timings, versions, machine and device.
     """
 

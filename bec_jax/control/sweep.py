@@ -86,17 +86,19 @@ class Progress:
         self.bar.close()
 
 
-def sizes(spec: ControlSpec) -> memory.Sizes:
+def sizes(spec: ControlSpec, fused: bool = False) -> memory.Sizes:
     """This front's terms of the memory plan (`memory.Sizes`): per run, the
     learner state (a few live copies), the loop state and the episode log (the
     scan's and the revert's copies); as finals, the returns, lengths, divergence
     step and omega. No log blocks, and nothing carried between calls (so the
     prediction kernel's CPU cache rule does not apply). Calibrated as the
     prediction terms are: a call's estimate is between 1 and 3 times what XLA
-    allocates (tests/test_engine_protocol.py)."""
+    allocates (tests/test_engine_protocol.py). With `fused`, the learner state
+    is that of the algorithm the sweep's is a case of, as a shared program may
+    run it (`program.fusion`)."""
     item = np.dtype(spec.dtype).itemsize
     d = max(spec.make_task(a).num_features for a in spec.task_combinations())  # the largest task's
-    alg = spec.algorithm_def
+    alg = program.cases(spec.algorithm_def)[-1][0] if fused else spec.algorithm_def
     shapes = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((d,), jnp.dtype(spec.dtype)))
     axes = jax.tree_util.tree_leaves(state_axes(shapes, alg.counter), is_leaf=lambda a: a is None)
     state = sum(int(np.prod(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
@@ -249,7 +251,7 @@ def shared_programs(specs: list, devices=None) -> list[list[int]]:
     packs, open_pack, used = [], {}, {}
     for i, spec in enumerate(specs):
         key = _joint_key(spec, n, devices[0])
-        need = memory.call_bytes(sizes(spec), bucket(spec.num_points), spec.seeds, 1, False)
+        need = memory.call_bytes(sizes(spec, fused=True), bucket(spec.num_points), spec.seeds, 1, False)
         if key is None:
             packs.append([i])
             continue
@@ -270,7 +272,9 @@ def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
     algorithm of a reproduction's task, say) run in one compiled program
     (`shared_programs`); a compile is much of the cost of a sweep. A shared
     program's compile and run times are in the meta of the first sweep it ran
-    (with `shared_program`, the algorithms it ran, and `shared_program_index`)."""
+    (with `shared_program`, the algorithms it ran, and `shared_program_index`);
+    every sweep's meta has `members`: the program's members, each the algorithm
+    it runs as and the sweeps it runs (`program.fusion`)."""
     devices = list(devices) if devices is not None else jax.devices()
     out: list = [None] * len(specs)
     for pack in shared_programs(specs, devices):
@@ -298,6 +302,12 @@ def _run_joint(specs: list, devices, compiler_options: dict | None, progress: bo
     chunks = [c[0] for c in chunks]
     sizes_ = [len(c.indices) for c in chunks]  # the runs, not the points, are padded for the devices
     form = tuning.choose_form(specs[0], devices, None, compiler_options, updates=sum(updates(s) for s in specs))
+    # One member for the cases of an algorithm where the compile is most of
+    # the cost: the light compile's small sweeps. Under the fusion emitters
+    # (over 10^7 run-steps) the cases' extra work and the runs that wait on the
+    # slowest of a larger member cost more than the compile saves
+    # (benchmarks/README.md, "One member for the cases of an algorithm").
+    fuse = form.emitters == "loop"
     memo = tuple(memo_key(s, g[0], n, devices, form, KIND) for s, g, n in zip(specs, groups, sizes_)) + ("joint",)
     t = time.perf_counter()
     grids = tuple(program.grid_inputs(s, g[0].indices[c.indices], n_dev) for s, g, c in zip(specs, groups, chunks))
@@ -307,7 +317,7 @@ def _run_joint(specs: list, devices, compiler_options: dict | None, progress: bo
                        show=jax.process_index() == 0)
     hit, made = (memo_get(memo) if bar is None else None), 0
     if hit is None:
-        prog = program.make_program(list(specs), sizes_, devices, on_block=bar)
+        prog = program.make_program(list(specs), sizes_, devices, on_block=bar, fuse=fuse)
         placed = execute.placements(prog.mesh, devices[0])
         hit, made = (clock.compile_program(prog.fn, _inputs(specs[0], grids, placed), form.compiler_options),
                      placed), 1
@@ -324,6 +334,8 @@ def _run_joint(specs: list, devices, compiler_options: dict | None, progress: bo
             bar.close()
     run_time = time.perf_counter() - t
     names, results = [s.algorithm for s in specs], []
+    members = [{"runs_as": f.host.name if f.host is not None else specs[f.sweeps[0]].algorithm,
+                "sweeps": [names[i] for i in f.sweeps]} for f in program.fusion(list(specs), not fuse)]
     for m, (spec, g, c, part) in enumerate(zip(specs, groups, chunks, outs)):
         first = m == 0
         part = {k: np.asarray(v)[: c.n] for k, v in part.items()}
@@ -332,7 +344,7 @@ def _run_joint(specs: list, devices, compiler_options: dict | None, progress: bo
         steps = int(part["lengths"].sum())
         meta = {**run_meta(devices, c.n, 1, ran, 0, work={
             "logged_steps": steps, "steps_per_s": steps / run_time if run_time > 0 else None}),
-            "shared_program": names, "shared_program_index": m}
+            "shared_program": names, "shared_program_index": m, "members": members}
         results.append(assemble(spec, list(g), [c], ran.results, meta))
     return results
 
