@@ -131,3 +131,18 @@ def test_fused_sweeps_give_what_each_gives_alone():
     # the member ran on past most runs' last episode: omega stopped there (`program.member`)
     assert (joint[0].lengths[..., -1] > 0).all()
     assert joint[0].lengths.sum(-1).max() < joint[2].lengths.sum(-1).max() - 500
+
+
+def test_the_fusion_emitters_keep_a_member_per_sweep():
+    """A program compiled with the fusion emitters (the reproduction's size)
+    keeps a member per sweep: there the cases' extra work costs more than the
+    compile saves (benchmarks/README.md). Its runs are the same bits."""
+    from bec_jax.engine import tuning
+    specs = [_spec("q"), _spec("cq")]
+    heavy = sweep.run_many(specs, compiler_options=tuning.CPU_COMPILER_OPTIONS)
+    assert heavy[0].meta["members"] == [{"runs_as": "q", "sweeps": ["q"]}, {"runs_as": "cq", "sweeps": ["cq"]}]
+    light = sweep.run_many(specs)
+    assert light[0].meta["members"] == [{"runs_as": "cq", "sweeps": ["q", "cq"]}]
+    for a, b in zip(heavy, light):
+        for k in ("returns", "lengths", "diverged_step"):
+            np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
