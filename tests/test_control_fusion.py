@@ -98,6 +98,14 @@ def test_the_members_of_a_program():
     assert _members([_spec("q"), eps]) == [(None, ["q"]), (None, ["cq"])]
 
 
+@pytest.mark.parametrize("case_of", [("q",), ("cq", {"beta": "zero"}), ("q", {})], ids=["short", "text", "itself"])
+def test_a_malformed_declaration_is_refused_naming_the_field(case_of):
+    a = algorithms.get("q")
+    with pytest.raises(ValueError, match="case_of"):
+        algorithms.Algorithm(name="q", init=a.init, update=a.update, hyperparameters=a.hyperparameters,
+                             weights="w", case_of=case_of)
+
+
 def test_a_circular_declaration_is_refused(monkeypatch):
     a = algorithms.get("cq")
     monkeypatch.setitem(algorithms.ALGORITHMS, "cgq", algorithms.Algorithm(
