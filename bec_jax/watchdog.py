@@ -141,7 +141,12 @@ class Watchdog:
         where = f"thread stacks in {path}" if path else "thread stacks could not be written"
         line = f"{self.prog}: stalled: no CPU progress for {self.timeout:g} s; {where}"
         line += f"; {self.hint}" if self.hint else ""
-        os.write(2, (line.replace("\n", " ") + "\n").encode(errors="replace"))
+        # On a line of its own where the run's progress line is unfinished (it
+        # ends with its next report). The engine is looked up, not imported:
+        # this thread must not import.
+        engine = sys.modules.get("bec_jax.engine.execute")
+        lead = "\n" if engine is not None and engine.progress_line_open() else ""
+        os.write(2, (lead + line.replace("\n", " ") + "\n").encode(errors="replace"))
         os._exit(self.status)
 
     def _dump(self, idle: float, cpu: float) -> str | None:

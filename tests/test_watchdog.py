@@ -67,6 +67,19 @@ def test_a_sleeping_process_is_stopped_with_its_stacks(tmp_path):
     assert "_stalled" in text  # and the watchdog's own thread: all threads
 
 
+def test_the_stall_line_does_not_run_into_an_unfinished_progress_line(tmp_path):
+    # A chunk's progress line ends with its next report; a stall before then must
+    # still print its line whole, on a line of its own.
+    code = SLEEPER.replace("with Watchdog(", "from bec_jax.engine import execute\n"
+                           "execute._progress(1, 2, time.perf_counter() - 3.0, 1, 2)\nwith Watchdog(")
+    p = python(code, tmp_path, timeout=60)
+    assert p.returncode == watchdog.EXIT_STALLED, p.stderr
+    lines = [x for x in p.stderr.splitlines() if x]  # text mode reads the report's leading "\r" as a newline
+    assert re.fullmatch(r"\[bec-jax\] chunk 1/2 +3\.0s elapsed +~ *3\.0s left", lines[0]), lines
+    assert re.fullmatch(r"bec-jax: stalled: no CPU progress for 1 s; thread stacks in \S+; rerun it", lines[-1]), lines
+    assert len(lines) == 2, lines
+
+
 def test_a_busy_process_is_not_stopped(tmp_path):
     code = """
 import sys, time

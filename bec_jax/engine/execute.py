@@ -78,6 +78,18 @@ def want_block_progress(progress: bool | None) -> bool:
     return jax.process_count() == 1 and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
 
 
+# Whether a progress line on stderr waits for its end (its next report, or the
+# newline when the chunks are done): the watchdog's stall line starts a line of
+# its own then (`progress_line_open`).
+_LINE_OPEN = [False]
+
+
+def progress_line_open() -> bool:
+    """Whether this process's progress line on stderr is unfinished (it was
+    written with no newline)."""
+    return _LINE_OPEN[0]
+
+
 def _progress(done: int, total: int, t0: float, ran: int, todo: int) -> None:
     """The per-chunk progress line: `done` of `total` chunks, `ran` of this run's
     `todo` computed since `t0` (the estimate counts only those)."""
@@ -88,6 +100,7 @@ def _progress(done: int, total: int, t0: float, ran: int, todo: int) -> None:
     else:
         sys.stderr.write("\n")
     sys.stderr.flush()
+    _LINE_OPEN[0] = ran < todo
 
 
 class ChunkRun(NamedTuple):
@@ -359,7 +372,7 @@ class _SegmentLine:
                              + (f"  ~{left:6.1f}s left in this chunk" if left is not None else "")
                              + (f" ({chunks_left} more chunks)" if chunks_left else ""))
             sys.stderr.flush()
-            self.shown, self.last = True, now
+            self.shown, self.last, _LINE_OPEN[0] = True, now, True
         if self.on_segment is not None:
             self.on_segment(i, blocks_done, blocks, checkpoint)
 
@@ -501,6 +514,7 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
         if shown or seg_line.shown:  # end an unfinished progress line before anyone else writes
             sys.stderr.write("\n")
             sys.stderr.flush()
+            _LINE_OPEN[0] = False
     if timing.get("nan"):
         warnings.warn(f"sweep: {timing['nan']} logged statistics are NaN where the divergence check flagged "
                       "no run; these statistics are not trustworthy", RuntimeWarning, stacklevel=3)
