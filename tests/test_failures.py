@@ -43,7 +43,9 @@ def bec(args, cwd, limit: int | None = None) -> subprocess.CompletedProcess:
 
 
 def one_line(p: subprocess.CompletedProcess, start: str) -> str:
-    lines = p.stderr.strip().splitlines()
+    """The command's one error line; its progress lines (shown once a run has
+    taken 2 s, as on a busy machine) are not errors and are left out."""
+    lines = [x for x in p.stderr.splitlines() if x.strip() and not x.startswith("[bec-jax] ")]
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
     assert lines[0].startswith(f"bec-jax: error: {start}"), lines[0]
     return lines[0]
