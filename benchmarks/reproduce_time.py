@@ -28,8 +28,9 @@ except ImportError:  # run as `python benchmarks/reproduce_time.py`
 TARGET_S = 20.0
 
 
-def run_once(cache_dir: str, out_dir: str, quick: bool, timeout: float = 900.0) -> dict:
-    """One `bec-jax reproduce` in a fresh process: its wall time and its own timings."""
+def run_once(cache_dir: str, out_dir: str, smoke: bool, timeout: float = 900.0) -> dict:
+    """One `bec-jax reproduce` in a fresh process (with `smoke`, the control
+    reproduction's quick form): its wall time and its own timings."""
     import json
 
     env = dict(os.environ, BEC_JAX_CACHE_DIR=cache_dir)
@@ -37,7 +38,7 @@ def run_once(cache_dir: str, out_dir: str, quick: bool, timeout: float = 900.0) 
     # The smoke run checks the script with the smallest reproduction there is:
     # the control one's quick form (seconds), not the paper's (half a minute).
     cmd = [sys.executable, "-m", "bec_jax.cli", "reproduce", "--out", out_dir] + (
-        ["--paper", "control", "--quick"] if quick else [])
+        ["--paper", "control", "--quick"] if smoke else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=_common.REPO_ROOT, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0

@@ -26,4 +26,3 @@ if _WORKER:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long opt-in test; run with BEC_JAX_SLOW=1 python -m pytest -m slow")
-
