@@ -13,16 +13,26 @@ either way. A file's tests run on one worker (`--dist loadfile`): many share a
 fixture (a reproduction run once for many checks) or compiled programs, which
 a worker keeps in memory. Sent test by test instead, the suite took longer."""
 import os
+import shutil
 import tempfile
 
 import jax
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
-os.environ.setdefault("BEC_JAX_CACHE_DIR", tempfile.mkdtemp(prefix="bec-jax-test-cache-"))
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+# The process that made the cache directory removes it when the session ends
+# (the workers inherit it through the environment and use subdirectories).
+_MADE = None
+if "BEC_JAX_CACHE_DIR" not in os.environ:
+    _MADE = os.environ["BEC_JAX_CACHE_DIR"] = tempfile.mkdtemp(prefix="bec-jax-test-cache-")
 if _WORKER:
     os.environ["BEC_JAX_CACHE_DIR"] = os.path.join(os.environ["BEC_JAX_CACHE_DIR"], _WORKER)
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long opt-in test; run with BEC_JAX_SLOW=1 python -m pytest -m slow")
+
+
+def pytest_unconfigure(config):
+    if _MADE is not None:
+        shutil.rmtree(_MADE, ignore_errors=True)
