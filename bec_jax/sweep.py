@@ -240,12 +240,13 @@ def _meta(spec: SweepSpec, devices, pl, groups: list[Group], chunks: list[Chunk]
 def _joint_key(spec, devices) -> tuple | None:
     """(key, memory plan) of `spec` for `run_many`: the key is what sweeps must
     share to run as one program, everything but the algorithm and its
-    hyperparameters, and the model. None when `spec` cannot share (several
-    chunks, models or calls, logs too large to hold, or several processes)."""
+    hyperparameters, and the models (in order: a point's model index must name
+    the same model in every sweep). None when `spec` cannot share (several
+    chunks, groups or calls, logs too large to hold, or several processes)."""
     if spec.engine.KIND != KIND or jax.process_count() > 1:  # another front's sweep runs on its own
         return None
     groups = plan_groups(spec)
-    if len(groups) != 1 or len(groups[0].models) != 1:
+    if len(groups) != 1:
         return None
     pl = memory.plan(spec, len(devices), device=devices[0])
     if pl.segmented or pl.grid < spec.num_points or memory.log_bytes(spec) > memory.LAZY_LOG_BYTES:
@@ -253,7 +254,7 @@ def _joint_key(spec, devices) -> tuple | None:
     d = spec.to_dict()
     for field in ("algorithm", "hyperparameters"):
         d.pop(field, None)
-    return (json.dumps(d, sort_keys=True, default=str), fingerprint(groups[0].models[0])), pl
+    return (json.dumps(d, sort_keys=True, default=str), tuple(fingerprint(m) for m in groups[0].models)), pl
 
 
 def _packs(specs: list, devices) -> tuple[list[list[int]], dict]:

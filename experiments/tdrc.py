@@ -68,8 +68,9 @@ METHODS = {
 }
 QUICK_GRID = {"alpha": (2.0 ** -6, 2.0 ** -4, 2.0 ** -2), "beta": (2.0 ** -4, 2.0 ** -1), "zeta": (2.0 ** -4,)}
 
-# The problems: the random walk's three feature sets share one sweep and one
-# program per method (the dependent set padded with zero features to 5).
+# The problems: the random walk's three feature sets share one sweep per method
+# (the dependent set padded with zero features to 5), and the methods' sweeps
+# share programs (`sweep.run_many`).
 FEATURES = ("tabular", "inverted", "dependent")
 PROBLEMS = ("rw_tabular", "rw_inverted", "rw_dependent", "baird")
 TITLES = {"rw_tabular": "Random walk, tabular features", "rw_inverted": "Random walk, inverted features",
@@ -124,11 +125,11 @@ def spec_for(key: str, env: str, quick: bool = False) -> SweepSpec:
 
 
 def run_all(quick: bool = False, log=print, pool=None) -> dict[str, dict[str, SweepResult]]:
-    """results[problem][method] for every problem and method. With a thread pool
-    the sweeps run two at a time: XLA compiles outside the GIL, and compiling is
-    most of the work here. Baird's sweeps (one model each) go to `sweep.run_many`
-    together, which shares a program between those that fit one call; the random
-    walk's (three models each) run one by one."""
+    """results[problem][method] for every problem and method. Baird's sweeps go
+    to `sweep.run_many` together, which shares a program between those that fit
+    one call, and so do the random walk's (three models each, the same three).
+    With a thread pool the two run at a time: XLA compiles outside the GIL, and
+    compiling is most of the work here."""
 
     def one(env, keys):
         specs = [spec_for(key, env, quick) for key in keys]
@@ -138,7 +139,7 @@ def run_all(quick: bool = False, log=print, pool=None) -> dict[str, dict[str, Sw
                 f"{sweep.cost_note(r)}")
         return [((env, key), r) for key, r in zip(keys, rs)]
 
-    jobs = [("baird", list(SWEEPS))] + [("random_walk", [key]) for key in SWEEPS]
+    jobs = [("baird", list(SWEEPS)), ("random_walk", list(SWEEPS))]
     done = {}
     for pairs in (pool.map(lambda job: one(*job), jobs) if pool is not None else (one(*job) for job in jobs)):
         done.update(pairs)

@@ -96,3 +96,32 @@ def test_split_joint_undoes_the_device_layout():
     assert a["y"].tolist() == [[0, 1], [2, 3], [6, 7], [8, 9]] and b["y"].tolist() == [[4, 5], [10, 11]]
     (only,) = sweep.split_joint(out, [6], 1)
     assert only["x"].tolist() == out["x"].tolist()
+
+
+# Sweeps of several models (two discounts of Boyan's chain, the random walk's
+# feature sets) share a program too: each point gets its own model's
+# transitions there, as alone. TD at alpha 20 diverges.
+MODELS = dict(env="boyan_chain", env_params={"gamma": [0.5, 0.9]}, seeds=6, steps=60, log_every=20,
+              metrics=("rmscbe", "rmspbe"))
+MULTI = [
+    SweepSpec(algorithm="td", alpha=(20.0, 0.1), **MODELS),
+    SweepSpec(algorithm="ctd", alpha=(0.1,), beta=(0.1, 0.5), **MODELS),
+    SweepSpec(algorithm="tdc", alpha=(0.05,), zeta=(0.1,), **MODELS),
+]
+OTHER_MODELS = SweepSpec(algorithm="td", alpha=(0.1,), **{**MODELS, "env_params": {"gamma": [0.9, 0.5]}})
+
+
+def test_sweeps_of_several_models_share_a_program_and_get_what_run_gives():
+    out = sweep.run_many(MULTI + [OTHER_MODELS])
+    names = [s.algorithm for s in MULTI]
+    assert [r.meta.get("shared_program") for r in out] == [names] * 3 + [None]  # the models' order differs
+    for spec, t in zip(MULTI, out):
+        a = sweep.run(spec, progress=False)
+        assert a.meta["compiled_programs"] == 1  # its own program, not the shared one
+        for k in FIELDS:
+            np.testing.assert_array_equal(getattr(t, k), getattr(a, k), err_msg=f"{spec.algorithm} {k}")
+    # Not vacuous: the two models (points 1 and 3, alpha 0.1) give different
+    # values, and alpha 20 diverged (the revert ran in the shared program).
+    td = out[0]
+    assert not np.array_equal(td.final[:, 1], td.final[:, 3])
+    assert td.diverged_fraction.tolist() == [1.0, 0.0, 1.0, 0.0]

@@ -156,11 +156,12 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     them on the host, with the same `mean_std_sem`).
 
     `others`: (spec, group) pairs of sweeps that differ from `spec` only in
-    their algorithm and its hyperparameters, all of one model (see
-    `make_joint_program`). Each such *member* keeps its own states and update;
-    the transitions, the metrics, the statistics and the divergence bookkeeping
-    are shared, over the members' grid points laid end to end. `grids` holds
-    one grid chunk per member.
+    their algorithm and its hyperparameters, with the same models in the same
+    order (see `make_joint_program`). Each such *member* keeps its own states
+    and update; the transitions, the metrics, the statistics and the divergence
+    bookkeeping are shared, over the members' grid points laid end to end (with
+    several models, each point gets its own model's transition, as alone).
+    `grids` holds one grid chunk per member.
 
     `form`: the program's performance choices (`tuning.KernelForm`: paired log
     blocks, shared scalars, the scan's unroll), the same arithmetic bit for bit
@@ -171,8 +172,6 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     dtype = jnp.dtype(spec.dtype)
     models = group.models
     E = len(models)
-    if others and E > 1:
-        raise ValueError("others: a program shared by several sweeps needs one model per sweep")
     tables_np = sampling.build_tables(models, dtype, as_numpy=True)
     step_fn = sampling.markov_step_from_uniforms if spec.sampler == "markov" else sampling.iid_step_from_uniforms
     nu = sampling.NUM_UNIFORMS[spec.sampler]
@@ -227,8 +226,8 @@ def _setup(f: Parts, seed, grids, offset, N) -> Context:
     init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
     if f.E == 1:
         env_idx, mets_g = None, f.mets
-    else:
-        env_idx = grids[0][ENV_INDEX]
+    else:  # every member's points, laid end to end
+        env_idx = grids[0][ENV_INDEX] if len(grids) == 1 else jnp.concatenate([g[ENV_INDEX] for g in grids])
         mets_g = [metrics.Metric(jnp.asarray(R)[env_idx], jnp.asarray(h)[env_idx]) for R, h in f.stacked]
     return Context(sizes, N, tables, hp_vals, init_keys, stream_keys, env_idx, mets_g)
 
@@ -265,11 +264,11 @@ def _start(f: Parts, ctx: Context, per_seed):
         starts = jnp.arange(E, dtype=jnp.int32) if f.per_model else ctx.env_idx
         samp = jax.vmap(lambda e: jax.vmap(lambda u: sampling.init_state_from_uniform(ctx.tables, u, e))(u0))(
             starts)
-    for mb, G in zip(f.members, ctx.sizes):
+    for mb, G, idx in zip(f.members, ctx.sizes, _member_points(ctx)):
         if E == 1:
             st0 = mb.alg.init(jnp.asarray(f.theta0[0].astype(dtype)))
         else:
-            st0 = jax.vmap(mb.alg.init, out_axes=mb.axes)(jnp.asarray(f.theta0.astype(dtype))[ctx.env_idx])
+            st0 = jax.vmap(mb.alg.init, out_axes=mb.axes)(jnp.asarray(f.theta0.astype(dtype))[ctx.env_idx[idx]])
         # Batched leaves to (N, G, ...), seed-major (see `_member`): per point
         # (E > 1) or one start for all (E = 1).
         states.append(jax.tree_util.tree_map(
@@ -301,8 +300,18 @@ def _step(f: Parts, ctx: Context, carry, u):
             tr = jax.tree_util.tree_map(lambda x: x[:, ctx.env_idx], tr)
     # A uniform of this step: a number XLA cannot fold, as `sharing` needs.
     token = u.reshape(-1)[0] if any(mb.share for mb in f.members) else None
-    states = tuple(_update(mb, st, tr, hp, token) for mb, st, hp in zip(f.members, states, ctx.hp_vals))
+    if f.E == 1 or len(f.members) == 1:
+        trs = (tr,) * len(f.members)
+    else:  # each member its own points' transitions
+        trs = tuple(jax.tree_util.tree_map(lambda x: x[:, idx], tr) for idx in _member_points(ctx))
+    states = tuple(_update(mb, st, t, hp, token) for mb, st, t, hp in zip(f.members, states, trs, ctx.hp_vals))
     return (states, samp), None
+
+
+def _member_points(ctx: Context) -> list[slice]:
+    """Each member's points among the program's (laid end to end)."""
+    ends = np.cumsum((0,) + tuple(ctx.sizes))
+    return [slice(int(a), int(b)) for a, b in zip(ends[:-1], ends[1:])]
 
 
 def _update(mb: _Member, states, tr, hp, token):
