@@ -96,9 +96,10 @@ def _whole_run(spec: SweepSpec, kern: Kernel) -> Callable:
 
 def make_joint_program(members: list, devices=None, form: KernelForm | None = None) -> Program:
     """One program for several sweeps that differ only in their algorithm and its
-    hyperparameters (same model, seeds, steps, sampler, metrics, schedule):
-    `members` is a list of (spec, group, size), each group of the same models (one or several, in order), each
-    size (the member's padded points) a multiple of the device count. The
+    hyperparameters (same models, seeds, steps, sampler, metrics, schedule):
+    `members` is a list of (spec, group, size), their groups of the same models
+    in the same order (one or several), each size (the member's padded points)
+    a multiple of the device count. The
     transitions are drawn once per seed for all of them (they are the same
     transitions each sweep draws alone), and the sweeps' points are laid end to
     end for the metrics and statistics; each point's arithmetic is its own.
