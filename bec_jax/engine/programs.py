@@ -99,10 +99,10 @@ def make_joint_program(members: list, devices=None, form: KernelForm | None = No
     hyperparameters (same models, seeds, steps, sampler, metrics, schedule):
     `members` is a list of (spec, group, size), their groups of the same models
     in the same order (one or several), each size (the member's padded points)
-    a multiple of the device count. The
-    transitions are drawn once per seed for all of them (they are the same
-    transitions each sweep draws alone), and the sweeps' points are laid end to
-    end for the metrics and statistics; each point's arithmetic is its own.
+    a multiple of the device count. The transitions are drawn once per seed for
+    all of them (they are the same transitions each sweep draws alone), and the
+    sweeps' points are laid end to end for the metrics and statistics; each
+    point's arithmetic is its own.
 
     `fn(seed, grids)` takes one grid chunk per member and returns the outputs of
     every member's points, grid axis first: per device (with a mesh) the
