@@ -1,19 +1,19 @@
 """The `bec-jax` console script (and `python -m bec_jax`): `--version` is
 answered before the command line's modules, and JAX with them, are imported;
-everything else is `bec_jax.cli.main`."""
+everything else is `bec_jax.cli.commands.main`."""
 from __future__ import annotations
 
 import sys
 
 
 def main(argv=None) -> int:
-    """`bec_jax.cli.main(argv)`, except `--version` alone: printed at once."""
+    """`bec_jax.cli.commands.main(argv)`, except `--version` alone: printed at once."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args == ["--version"]:
-        from bec_jax.catalog import version_text
+        from bec_jax.cli.catalog import version_text
         print(version_text())
         return 0
-    from bec_jax.cli import main as cli_main
+    from bec_jax.cli.commands import main as cli_main
     rc = cli_main(argv)
     if argv is None and "jax" in sys.modules:
         _exit_now(rc)

@@ -1,7 +1,7 @@
 """The finite MDP model: a validated pytree of arrays, plus its derived quantities.
 
 The model is the single source of truth. Samplers build their tables from it and
-`bec_jax.analysis` computes exact quantities from it; update functions never see it.
+`bec_jax.theory.expected_updates` computes exact quantities from it; update functions never see it.
 Derived quantities are computed on the host in float64 (they feed closed forms).
 """
 from __future__ import annotations

@@ -34,7 +34,7 @@ TARGET_MEMORY_BYTES = 1 << 30
 
 def standard_spec(seeds: int = 50, steps: int = 1000, log_every: int = 10, smoke: bool = False):
     """The standard workload's `SweepSpec` (a corner of it with `smoke`)."""
-    from bec_jax.spec import SweepSpec
+    from bec_jax.prediction.spec import SweepSpec
 
     if smoke:
         return SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(1e-2, 0.3), beta=(0.1, 0.5),
@@ -49,7 +49,8 @@ def ctdc_grid_spec(points: int, seeds: int, steps: int, log_every: int = 10):
     """A Boyan-chain CTDC sweep with `points` grid points: alpha log-spaced over the
     paper's range [1e-4, 0.3] (all stable), beta = 0.1, zeta = 0.01."""
     import numpy as np
-    from bec_jax.spec import SweepSpec
+
+    from bec_jax.prediction.spec import SweepSpec
 
     alpha = tuple(float(a) for a in np.geomspace(1e-4, 0.3, points)) if points > 1 else (0.1,)
     return SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=alpha, beta=(0.1,), zeta=(0.01,),
@@ -61,10 +62,10 @@ def ctdc_grid_spec(points: int, seeds: int, steps: int, log_every: int = 10):
 
 def use_all_cpu_cores(n: int | None = None) -> int:
     """Exposes `n` (default: BEC_JAX_CPU_DEVICES, else every core) CPU devices to
-    JAX through `bec_jax.cli.use_all_cpu_cores`; returns the device count in use."""
+    JAX through `bec_jax.cli.commands.use_all_cpu_cores`; returns the device count in use."""
     import jax
 
-    from bec_jax.cli import use_all_cpu_cores as _use
+    from bec_jax.cli.commands import use_all_cpu_cores as _use
 
     got = _use(n)
     if got is None:

@@ -5,7 +5,7 @@
     python -m benchmarks._worker - < config.json       # the same, from stdin
 
 Sets the JAX device count and the persistent-cache policy before JAX starts, runs
-`bec_jax.sweep.run(spec)` `repeats` times and prints one JSON line: the compile and
+`bec_jax.prediction.sweep.run(spec)` `repeats` times and prints one JSON line: the compile and
 run times of each repeat (each `sweep.run` compiles afresh; with a cache dir the
 compile may be a cache hit), the resident memory before the first sweep, and the
 process's peak resident memory (VmHWM) at the end. A fresh process per
@@ -32,8 +32,8 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
-    from bec_jax import sweep
-    from bec_jax.spec import SweepSpec
+    from bec_jax.prediction import sweep
+    from bec_jax.prediction.spec import SweepSpec
 
     spec = SweepSpec.from_dict(cfg["spec"])
     jnp.zeros(()).block_until_ready()  # initialise the backend: the memory floor

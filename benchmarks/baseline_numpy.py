@@ -6,20 +6,20 @@ It is written to be fast, not to be a strawman:
   * sampling by inverse CDF on precomputed per-state tables with one uniform per
     draw (`bisect.bisect_right` on the row's cumulative probabilities, which is
     `np.searchsorted(..., side="right")` without the array-call overhead; the same
-    tables and rule as `bec_jax.sampling`);
+    tables and rule as `bec_jax.prediction.sampling`);
   * all uniforms of a run drawn in bulk up front (`rng.random(steps + 1)`);
   * feature vectors precomputed per state, parameter vectors and temporaries
     preallocated and updated in place, scalars kept as Python floats;
   * float64 NumPy (NumPy's default, what reference code uses; float32 is no faster
     for 4-vectors, the cost is per call, not per element);
   * RMSCBE every `log_every` steps from the same closed form as bec_jax,
-    ||R theta + h|| with (R, h) = `bec_jax.analysis.metric(env, "rmscbe")`.
+    ||R theta + h|| with (R, h) = `bec_jax.theory.expected_updates.metric(env, "rmscbe")`.
 Of the NumPy variants tried (expressions with temporaries; in-place ufuncs with
 preallocated outputs; NumPy scalars vs Python floats) this is the fastest, by
 about 15% over the plain-expression version.
 
 `check_against_bec_jax()` runs the loop and `bec_jax.algorithms.ctdc.update` (with
-`bec_jax.sampling`) on the same uniforms and asserts the same trajectory.
+`bec_jax.prediction.sampling`) on the same uniforms and asserts the same trajectory.
 
     python -m benchmarks.baseline_numpy [--smoke]     # updates/s of the loop alone
 """
@@ -38,7 +38,7 @@ import numpy as np
 
 from benchmarks import _common
 
-NEVER = 2.0  # above any uniform in [0, 1): the last outcome of a row (as bec_jax.sampling)
+NEVER = 2.0  # above any uniform in [0, 1): the last outcome of a row (as bec_jax.prediction.sampling)
 
 
 class Tables:
@@ -78,7 +78,8 @@ def _cdf(p: np.ndarray) -> np.ndarray:
 
 def make_problem(env_name: str = "boyan_chain", dtype=np.float64):
     """(tables, R, h) for an environment: sampler tables and the RMSCBE metric."""
-    from bec_jax import analysis, envs
+    from bec_jax import envs
+    from bec_jax.theory import expected_updates as analysis
 
     env = envs.make(env_name)
     met = analysis.metric(env, "rmscbe")
@@ -183,12 +184,15 @@ def check_against_bec_jax(steps: int = 200, log_every: int = 10, points=((0.3, 0
                           seed: int = 123, rtol: float = 2e-4, atol: float = 2e-5) -> dict:
     """Asserts that the loop implements bec_jax's CTDC: on the same uniforms, it
     visits the same states and reaches the same theta, u, omega and RMSCBE log as
-    `bec_jax.sampling` + `bec_jax.algorithms.ctdc.update` (float32 in JAX, float64
+    `bec_jax.prediction.sampling` + `bec_jax.algorithms.ctdc.update` (float32 in JAX, float64
     here, hence the tolerances). Returns the largest differences seen."""
     import jax
     import jax.numpy as jnp
-    from bec_jax import analysis, envs, sampling
+
+    from bec_jax import envs
     from bec_jax.algorithms import ctdc
+    from bec_jax.prediction import sampling
+    from bec_jax.theory import expected_updates as analysis
 
     env = envs.make("boyan_chain")
     tables, R, h = make_problem("boyan_chain")

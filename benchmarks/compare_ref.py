@@ -50,8 +50,8 @@ jax.config.update("jax_num_cpu_devices", cfg["cpu_devices"])
 jax.config.update("jax_enable_compilation_cache", False)
 import numpy as np
 import bec_jax
-from bec_jax import sweep
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import SweepSpec
 spec = SweepSpec(**cfg["spec"])
 compile_s, ups, digest, wall = [], [], None, []
 for i in range(cfg["repeats"]):
@@ -135,8 +135,8 @@ def _differences(ref_path: str, work_path: str) -> dict:
 
 
 def main(argv=None) -> int:
-    from benchmarks import _common
     from bec_jax import provenance
+    from benchmarks import _common
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)

@@ -54,8 +54,9 @@ _THUNK_OPS = ("fusion", "copy", "gather", "scatter", "conditional", "while", "cu
 
 
 def _spec(task: str, runs: int):
-    from bec_jax.control.spec import ControlSpec
     from bec_jax.experiments import control as C
+
+    from bec_jax.control.spec import ControlSpec
     z = C.TASKS[task]["zeta"]
     return ControlSpec(task=task, algorithm="cgq", hyperparameters={"alpha": [0.1], "beta": [1e-4], "zeta": [z]},
                        seeds=runs, episodes=10, **C.BEHAVIOUR)

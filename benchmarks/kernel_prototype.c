@@ -40,7 +40,7 @@ static inline float uniform(uint64_t seed, uint64_t t) {
 
 typedef struct {
     int S, M;              /* states; outcomes per row (padded) */
-    const float *cdf;      /* (S, M), last outcome's entry 2.0 (as bec_jax.sampling) */
+    const float *cdf;      /* (S, M), last outcome's entry 2.0 (as bec_jax.prediction.sampling) */
     const int32_t *next;   /* (S, M) next state */
     const float *reward;   /* (S, M) */
     const float *rho;      /* (S, M) */

@@ -116,10 +116,12 @@ def _p(a: np.ndarray, kind=_f32p):
 
 class Problem:
     """A model's sampler tables and RMSCBE factor as the C loop reads them (the
-    engine's own: `bec_jax.sampling.build_tables`, `bec_jax.analysis.metric`)."""
+    engine's own: `bec_jax.prediction.sampling.build_tables`, `bec_jax.theory.expected_updates.metric`)."""
 
     def __init__(self, env_name: str = "boyan_chain"):
-        from bec_jax import analysis, envs, sampling
+        from bec_jax import envs
+        from bec_jax.prediction import sampling
+        from bec_jax.theory import expected_updates as analysis
 
         env = envs.make(env_name)
         t = sampling.build_tables(env, np.float32, as_numpy=True)
@@ -231,7 +233,7 @@ def _engine(spec, repeats: int):
     streams: the yardstick of `agreement`)."""
     import jax
 
-    from bec_jax import sweep
+    from bec_jax.prediction import sweep
 
     opts = sweep.CPU_COMPILER_OPTIONS if jax.devices()[0].platform == "cpu" else {}
     fresh = sweep.run(spec.replace(seed_offset=spec.seeds), progress=False, compiler_options=opts)

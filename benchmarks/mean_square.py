@@ -1,4 +1,4 @@
-"""Time `bec_jax.mean_square` at one grid point of a few tasks: the per-outcome
+"""Time `bec_jax.theory.mean_square` at one grid point of a few tasks: the per-outcome
 recursion (`jump_system`), the second-moment radius by LAPACK and by Arnoldi,
 and the whole analysis with the stationary moments. Prints one line per task.
 
@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from bec_jax import envs
-from bec_jax import mean_square as msq
+from bec_jax.theory import mean_square as msq
 
 CASES = [("baird", {}, "ctdc", {"alpha": 0.01, "beta": 0.0005, "zeta": 0.05}),
          ("boyan_chain", {}, "ctdc", {"alpha": 0.3, "beta": 0.5, "zeta": 0.001}),

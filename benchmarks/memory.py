@@ -39,7 +39,7 @@ from benchmarks import _common as C  # noqa: E402
 
 CHILD = r"""
 import sys
-from bec_jax import cli
+from bec_jax.cli import commands as cli
 code = cli.main(sys.argv[1:])
 with open("/proc/self/status") as f:
     hwm = [l for l in f if l.startswith("VmHWM:")]

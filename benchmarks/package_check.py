@@ -34,7 +34,14 @@ import tempfile
 import time
 import zipfile
 
-from benchmarks._common import REPO_ROOT, RESULTS_DIR, machine_info, result_path, timestamp, write_json
+from benchmarks._common import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    machine_info,
+    result_path,
+    timestamp,
+    write_json,
+)
 
 
 class CheckFailed(Exception):

@@ -32,8 +32,9 @@ import time
 import jax
 import jax.numpy as jnp
 
-from bec_jax import algorithms, sweep
+from bec_jax import algorithms
 from bec_jax.engine.layout import state_axes
+from bec_jax.prediction import sweep
 from bec_jax.transition import Transition
 from benchmarks import _common
 
@@ -55,7 +56,7 @@ def bare_update_loop(name: str, steps: int, share: bool = False):
     reward = jax.random.uniform(keys[2], (steps, N))
     grid = {n: v for n, v in (("alpha", jnp.linspace(0.01, 0.1, G)), ("beta", jnp.full(G, 0.1)),
                                ("zeta", jnp.full(G, 0.05))) if n in alg.names}
-    # As the engine does (`bec_jax.engine.kernel`): every state leaf batched over (seeds,
+    # As the engine does (`bec_jax.prediction.kernel`): every state leaf batched over (seeds,
     # grid), seed-major, but the update counter, which all runs share.
     axes = state_axes(alg.init(jnp.zeros(K)), alg.counter)
     update = jax.vmap(jax.vmap(alg.apply, in_axes=(axes, None, 0), out_axes=axes),

@@ -11,7 +11,7 @@ Workloads (Boyan chain CTDC, float32, RMSCBE every 10 steps):
   * steps: the standard grid (576 points x 50 seeds) for 10, 100, 1000 and 10000 steps.
 Grids other than the standard one have alpha log-spaced over [1e-4, 0.3], beta =
 0.1, zeta = 0.01. Each configuration runs in a fresh subprocess (so memory peaks do
-not accumulate) that calls `bec_jax.sweep.run` `--repeats` times (default 3). Each
+not accumulate) that calls `bec_jax.prediction.sweep.run` `--repeats` times (default 3). Each
 call compiles afresh (no persistent cache); throughput is the steady state: the
 engine's run time (compile excluded), median over the repeats after the first.
 Memory is the subprocess's peak resident set size (VmHWM), with its resident size
@@ -79,7 +79,6 @@ def plot(batch: list, steps: list, baseline_ups: float, title: str, path: str) -
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import ScalarFormatter
 
     fig, ax = plt.subplots(2, 3, figsize=(16, 9.5))

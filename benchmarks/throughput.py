@@ -10,7 +10,7 @@ float32 (= experiments.paper.spec_for("boyan_chain", "ctdc"), RMSCBE only).
 What it measures, in this order:
   1. that the NumPy baseline implements bec_jax's CTDC update (an assert on the same
      transitions, see benchmarks/baseline_numpy.py);
-  2. a warm-up `bec_jax.sweep.run` (not counted);
+  2. a warm-up `bec_jax.prediction.sweep.run` (not counted);
   3. `--repeats` rounds (default 5), each one NumPy-loop pass over a subset of the
      grid (6 points x 5 seeds x 1000 steps, float64, one run at a time) and then one
      `sweep.run` of the whole workload twice: with the default compile (for a
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
 
     import numpy as np
 
-    from bec_jax import sweep
+    from bec_jax.prediction import sweep
     from benchmarks import baseline_numpy as baseline
 
     repeats = args.repeats or (2 if args.smoke else 5)

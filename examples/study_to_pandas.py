@@ -12,7 +12,7 @@ import sys
 import tempfile
 import tomllib
 
-from bec_jax import study
+from bec_jax.run import study
 
 STUDY = """
 seeds = 10

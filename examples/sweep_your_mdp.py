@@ -10,10 +10,12 @@ that theory gives for its step sizes.
 """
 import numpy as np
 
-from bec_jax import algorithms, analysis, envs, sweep
+from bec_jax import algorithms, envs
 from bec_jax.algorithms import Algorithm, ctd, parameter, step_size
 from bec_jax.mdp import make_mdp
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.theory import expected_updates as analysis
 
 
 def ring(n=6, gamma=0.9, offset=5.0):

@@ -17,7 +17,7 @@ runs twice: plain and centered, then the control.
 
   * ``plain``: TD(0) critic, delta = r + gamma v(s') - v(s); actor advantage delta.
   * ``centered``: the critic is trained with centered TD through
-    `bec_jax.centering` (paper eqs. thetawithrho and omegawithrho with rho = 1):
+    `bec_jax.agents.value_learning` (paper eqs. thetawithrho and omegawithrho with rho = 1):
     params <- params + alpha (delta - omega) grad v(s), omega <- omega + beta
     (delta - omega). The actor's advantage is the centered error delta - omega.
   * ``shift``: the control. The plain agent on the reward r - c for a constant c:
@@ -64,7 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bec_jax import centering
+from bec_jax.agents import value_learning as centering
 from bec_jax.files import atomic_write, csv_text, write_json
 from bec_jax.stats import t_interval
 
@@ -423,7 +423,7 @@ def figure(summary: dict):
     95% t band over seeds); omega; the critic's mean value on visited states with
     the per-step-cost value (mean r - c - omega) / (1 - gamma) dashed. A `Figure`
     made without pyplot."""
-    from bec_jax.plotting import new_figure
+    from bec_jax.prediction.plotting import new_figure
 
     cfg = summary["config"]
     x = np.asarray(summary["env_steps"])
@@ -503,7 +503,7 @@ def report(summary: dict) -> str:
 def write(summary: dict, out: str) -> list[str]:
     """actor_critic.png/.pdf, actor_critic.json (everything) and
     actor_critic.csv (the table) into `out`; returns the paths."""
-    from bec_jax.plotting import save_figure
+    from bec_jax.prediction.plotting import save_figure
 
     paths = save_figure(figure(summary), out, "actor_critic")
     js, cs = os.path.join(out, "actor_critic.json"), os.path.join(out, "actor_critic.csv")

@@ -7,8 +7,8 @@ observations, so nothing about the chain's structure is built into the input. Th
 value function is a pure-JAX tanh MLP (params a list of (W, b) pairs, initialised
 by hand) optimised with optax (Adam by default; `--optimizer sgd` for plain SGD).
 Each update uses a batch of transitions, one from each of `batch` parallel Markov
-trajectories of `bec_jax.sampling`, and the loss
-`bec_jax.centering.batch_centered_td_loss`. Centered TD (CTD) updates omega with
+trajectories of `bec_jax.prediction.sampling`, and the loss
+`bec_jax.agents.value_learning.batch_centered_td_loss`. Centered TD (CTD) updates omega with
 `centering.omega_update`; plain TD is the same program with omega held at 0
 (beta = 0), so both see the same initial weights and the same transitions (common
 random numbers). Seeds, methods and a small learning-rate grid are vmapped: the
@@ -40,7 +40,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bec_jax import centering, envs, mdp, sampling
+from bec_jax import envs, mdp
+from bec_jax.agents import value_learning as centering
+from bec_jax.prediction import sampling
 
 METHODS = ("td", "ctd")
 METRICS = ("centered_value_error", "rmsve", "rmsve_offset_corrected", "rmscbe")
@@ -213,7 +215,9 @@ def run(cfg: Config) -> dict:
 
 def plot(summary: dict, path: str) -> None:
     """Mean and std band over seeds, both methods, one panel per error."""
-    from matplotlib.figure import Figure  # no pyplot: the caller's backend is left alone
+    from matplotlib.figure import (
+        Figure,  # no pyplot: the caller's backend is left alone
+    )
 
     cfg = summary["config"]
     x = np.asarray(summary["steps"])

@@ -14,15 +14,24 @@ import os
 
 import jax
 import numpy as np
-
-from bec_jax import algorithms, analysis, analyze, envs, mean_square, plotting, sweep, verdicts
 from bec_jax.experiments import theory
 from bec_jax.experiments.grids import PAPER, QUICK, QUICK_SEEDS  # Appendix A's grids
-from bec_jax.experiments.reproduction import Reproduction, figure_workers, is_output, sweep_threads
-from bec_jax.plotting import save_figure
-from bec_jax import results as results_lib
-from bec_jax.results import SweepResult
-from bec_jax.spec import SweepSpec
+from bec_jax.experiments.reproduction import (
+    Reproduction,
+    figure_workers,
+    is_output,
+    sweep_threads,
+)
+
+from bec_jax import algorithms, envs
+from bec_jax.cli import analyze
+from bec_jax.prediction import plotting, sweep
+from bec_jax.prediction import results as results_lib
+from bec_jax.prediction.plotting import save_figure
+from bec_jax.prediction.results import SweepResult
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import mean_square, verdicts
 
 ALGORITHMS = ("td", "tdc", "ctd", "ctdc")
 SEEDS = 50
@@ -131,7 +140,7 @@ TIMESCALE = {"alpha": 0.01, "zeta": 0.05, "beta": 0.2, "t0": 1000.0, "steps": 50
 
 def timescale_jobs(quick: bool = False) -> list[tuple[str, str, SweepSpec]]:
     """(env, algorithm, spec) of the runs `timescale_runs` summarises."""
-    from bec_jax.spec import ScheduleSpec
+    from bec_jax.prediction.spec import ScheduleSpec
     t = TIMESCALE
     steps = 5_000 if quick else t["steps"]
     jobs = []
@@ -377,7 +386,7 @@ def exact_verdicts(r: SweepResult) -> list:
 
 def point_verdict(r: SweepResult, i: int, ex=None) -> verdicts.Verdict:
     """The verdict of grid point i from the exact analysis together with its mean
-    RMSCBE curve (`bec_jax.verdicts.verdict`: the label and a reason naming both)."""
+    RMSCBE curve (`bec_jax.theory.verdicts.verdict`: the label and a reason naming both)."""
     ex = ex if ex is not None else exact_at(r.env, r.algorithm, r.point(i))
     return verdicts.verdict(ex, r.mean[0, i], int(r.steps[-1]), bool(r.diverged_fraction[i] > 0))
 
@@ -808,7 +817,7 @@ def mean_square_markdown(rows, ms_cmp: dict | None) -> str:
     mean square, and the comparison of every grid point's prediction with its run."""
     s = ["\n## Mean-square stability\n",
          "The column 'mean square' is the exact second-moment analysis of the sampled recursion at the chosen "
-         "step sizes (`bec_jax.mean_square`, Costa-Fragoso-Marques' operator under the run's Markov sampling): "
+         "step sizes (`bec_jax.theory.mean_square`, Costa-Fragoso-Marques' operator under the run's Markov sampling): "
          "'bounded' with the RMS's rate per step (< 0 decays), 'variance grows' where the mean converges but the "
          "second moment does not, 'diverges in mean' where the mean itself grows (under Markov sampling the "
          "mean's operator is not the i.i.d. expected update's, so the two analyses can differ at large steps).\n"]

@@ -23,16 +23,16 @@ keys and initial weights but not bit for bit in the run):
     recursion).
   * ``centered``: GAE of the centered TD errors delta_t - omega (paper eq.
     thetawithrho, eq. (31), rho = 1: the advantages are the GAE of r - omega),
-    through `bec_jax.centered_values.centered_truncated_generalized_advantage_estimation`.
+    through `bec_jax.agents.targets.centered_truncated_generalized_advantage_estimation`.
     The actor uses these centered advantages; the critic regresses on values +
     centered advantages. omega is updated ONCE PER ROLLOUT from all the rollout's
     uncentered TD errors, omega <- omega + beta mean(delta - omega) (eq.
-    omegawithrho, eq. (30), rho = 1; `bec_jax.centering.omega_update`), beta =
+    omegawithrho, eq. (30), rho = 1; `bec_jax.agents.value_learning.omega_update`), beta =
     0.1 by default, omega_0 = 0. The epochs use the rollout's omega.
   * ``centered_terminal``: the same with the termination option (`terminal_t`): a
     TRUE termination bootstraps from the absorbing value -omega / (1 - gamma), so
     the centered values are v - omega / (1 - gamma) for any fixed omega and the
-    optimal policy is unchanged (see `bec_jax.centered_values`). Without it a
+    optimal policy is unchanged (see `bec_jax.agents.targets`). Without it a
     termination's target is r - omega, so omega acts as a per-step cost (omega > 0)
     or bonus (omega < 0) that changes which policy is best.
   * ``shift``: the control. ``plain`` on the reward r - c with a FIXED c: by
@@ -84,9 +84,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bec_jax import centering, watchdog
-from bec_jax.centered_values import centered_truncated_generalized_advantage_estimation
+from bec_jax.agents import value_learning as centering
+from bec_jax.agents.targets import centered_truncated_generalized_advantage_estimation
 from bec_jax.files import atomic_write, csv_text, write_json
+from bec_jax.run import watchdog
 from bec_jax.stats import t_interval
 
 VARIANTS = ("plain", "centered", "centered_terminal", "shift")
@@ -526,7 +527,7 @@ def _label(v: str, summary: dict, task: str) -> str:
 def figure(summary: dict):
     """Top row: return vs environment steps per task (mean and 95% t band over
     seeds); bottom row: omega of the two centered variants (mean over seeds)."""
-    from bec_jax.plotting import new_figure
+    from bec_jax.prediction.plotting import new_figure
 
     cfg = summary["config"]
     tasks = list(summary["tasks"])
@@ -562,7 +563,7 @@ def figure(summary: dict):
 
 def write(summary: dict, results: dict, out: str) -> list[str]:
     """table.csv, table.md, curves.npz, summary.json and ppo.png/.pdf into `out`."""
-    from bec_jax.plotting import save_figure
+    from bec_jax.prediction.plotting import save_figure
 
     os.makedirs(out, exist_ok=True)
     paths = save_figure(figure(summary), out, "ppo")

@@ -25,9 +25,10 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 import jax
 
-from bec_jax import plotting, provenance
+from bec_jax import provenance
 from bec_jax.engine import clock
 from bec_jax.files import atomic_write, csv_text, read_meta, write_json
+from bec_jax.prediction import plotting
 
 META = "meta.json"
 REPORT = "report.md"

@@ -30,12 +30,15 @@ from __future__ import annotations
 import os
 
 import numpy as np
-
-from bec_jax import algorithms, analysis, envs, mean_square, plotting, sweep
 from bec_jax.experiments import theory
 from bec_jax.experiments.reproduction import Reproduction, is_output, sweep_threads
-from bec_jax.results import SweepResult
-from bec_jax.spec import SweepSpec
+
+from bec_jax import algorithms, envs
+from bec_jax.prediction import plotting, sweep
+from bec_jax.prediction.results import SweepResult
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import mean_square
 
 KIND = "bec-jax reproduce --paper tdrc"
 
@@ -489,7 +492,7 @@ def report_markdown(results, rows, stab, tab_fix, two_state, timing, quick) -> s
     s.append("\n**Two time scales** (the faster recursions equilibrated, as the convergence proofs assume; "
              "`analysis.slow_ode_matrix`):\n")
     s.append(stability_markdown(stab["slow"]))
-    s.append("\n**Mean square** (the sampled recursion, not only its mean: `bec_jax.mean_square` under Markov "
+    s.append("\n**Mean square** (the sampled recursion, not only its mean: `bec_jax.theory.mean_square` under Markov "
              "sampling, every step size alpha, eta = 1): the largest alpha on the ladder 1, 1/2, ..., 1/1024 at "
              "which the mean converges / the second moment stays bounded; one number where the two agree, "
              "'none' where the method's ODE is unstable or no ladder step is stable. Where the second number is "
@@ -560,7 +563,7 @@ def reproduce(out_dir: str = os.path.join("results", "tdrc"), quick: bool = Fals
                       else "(not computed: bec-jax reproduce --paper tdrc --mean-square)\n"))
     report = report_markdown(results, rows, stab, tab_fix, two_state, timing, quick)
     report += ("\n## Mean-square stability against the runs\n\n"
-               + ("Every grid point of every problem: the exact mean-square analysis (`bec_jax.mean_square`, "
+               + ("Every grid point of every problem: the exact mean-square analysis (`bec_jax.theory.mean_square`, "
                   "Markov sampling) against the run.\n\n" + theory.comparison_markdown(ms_cmp) if ms_cmp else
                   "Not computed in this run (minutes more): `bec-jax reproduce --paper tdrc --mean-square`.\n"))
     records = {"table": rows, "suite_stability": stab, "tabular_centered_fixpoint": tab_fix,

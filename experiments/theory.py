@@ -1,7 +1,7 @@
 """Exact-analysis facts behind the reproduction's report, as JSON-ready dicts.
 
 Everything here is computed in float64 from the model matrices
-(`bec_jax.analysis`): no sampling of transitions, no runs. The facts:
+(`bec_jax.theory.expected_updates`): no sampling of transitions, no runs. The facts:
 
 * `ctdc_determinant`: CTDC's expected-update matrix G1 at unit step sizes and
   det(G1). With step sizes the matrix is D G1 (D: alpha on theta's rows, zeta on
@@ -17,7 +17,7 @@ Everything here is computed in float64 from the model matrices
 * `ctd_stability_map`: off-policy CTD's full (theta, omega) ODE against beta / alpha.
 * `all_facts`: all of the above for the report.
 
-Notation as in `bec_jax.analysis`: A = Phi^T D (I - P_g) Phi (TD, uncentered),
+Notation as in `bec_jax.theory.expected_updates`: A = Phi^T D (I - P_g) Phi (TD, uncentered),
 A_c = Phi^T (D - d d^T)(I - P_g) Phi (centered; the paper's "A" =
 Cov(phi, phi - gamma phi')), C = Phi^T D Phi, d = d_mu.
 """
@@ -31,11 +31,14 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from bec_jax import algorithms, analysis, envs, mean_square, sweep, verdicts
-from bec_jax import mdp as mdp_lib
-from bec_jax.spec import SweepSpec
 from bec_jax.experiments.grids import PAPER
+
+from bec_jax import algorithms, envs
+from bec_jax import mdp as mdp_lib
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import mean_square, verdicts
 
 ENVIRONMENTS = ("two_state", "boyan_chain", "baird")
 RANK_TOL = 1e-10        # relative (to the largest singular value) rank tolerance
@@ -718,7 +721,8 @@ def stationary_check(env_name: str, points: list[tuple[str, dict]], seeds: int =
     `seeds` fresh seeds for three times the steps the RMS needs to shrink by 1e-3
     (at least 2000, at most `cap`): the root of the seeds' mean squared final
     RMSCBE with its 95% interval (Student t on the squares)."""
-    from bec_jax import metrics, stats
+    from bec_jax import stats
+    from bec_jax.theory import metrics
     env = envs.make(env_name)
     M = metrics.metric(env, "rmscbe")
     out = []

@@ -1,5 +1,5 @@
 """Expected updates of the built-in algorithms derived by hand (independent of
-`bec_jax.analysis`), and a small episodic task, shared by the analysis tests."""
+`bec_jax.theory.expected_updates`), and a small episodic task, shared by the analysis tests."""
 import numpy as np
 
 from bec_jax import mdp as mdp_lib

@@ -10,7 +10,7 @@ import optax
 import pytest
 from bec_jax.experiments import actor_critic as ac
 
-from bec_jax import centering
+from bec_jax.agents import value_learning as centering
 
 pytest.importorskip("gymnax")  # the experiment's only extra dependency
 

@@ -8,8 +8,9 @@ import numpy as np
 import optax
 import pytest
 
-from bec_jax import algorithms, sampling, envs, schedules
+from bec_jax import algorithms, envs, schedules
 from bec_jax.algorithms import ctd, ctdc, src, td, tdc, vrc
+from bec_jax.prediction import sampling
 from bec_jax.transition import Transition
 
 K = 5

@@ -4,10 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from bec_jax import algorithms, analysis, envs
-from bec_jax import mdp as mdp_lib
 from hand_derived import episodic_env, hand_expected_update
+
+from bec_jax import algorithms, envs
+from bec_jax import mdp as mdp_lib
+from bec_jax.theory import expected_updates as analysis
 
 ENV_NAMES = ("boyan_chain", "two_state", "baird")
 ALG_NAMES = ("td", "tdc", "ctd", "ctdc", "ctdc_omega_no_rho", "src", "vrc")
@@ -546,8 +547,8 @@ def _quarter(env):
 
 
 def test_a_registered_metric_is_computed_by_a_sweep(all_envs):
-    from bec_jax import sweep
-    from bec_jax.spec import SweepSpec
+    from bec_jax.prediction import sweep
+    from bec_jax.prediction.spec import SweepSpec
     try:
         f = analysis.register_metric("hand_rmsve_test", _hand_rmsve_two_state, "RMSVE of two_state by hand.")
         analysis.register_metric("quarter_test", _quarter, "One quarter, whatever theta.")
@@ -589,8 +590,8 @@ def test_metric_registry_lists_refuses_and_documents(all_envs):
 
 
 def test_a_metric_of_ones_own_module_by_reference(tmp_path, monkeypatch):
-    from bec_jax import sweep
-    from bec_jax.spec import SweepSpec
+    from bec_jax.prediction import sweep
+    from bec_jax.prediction.spec import SweepSpec
     (tmp_path / "my_metrics_test.py").write_text(
         "import numpy as np\nfrom bec_jax import analysis\n"
         "HALF = analysis.MetricDef('half', 'One half, whatever theta.', "

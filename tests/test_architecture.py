@@ -37,7 +37,7 @@ def _run(code: str, cwd: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("backend", ["svg", "pdf"])
 def test_importing_plotting_leaves_the_matplotlib_backend_alone(backend, tmp_path):
     code = (f"import matplotlib; matplotlib.use({backend!r}); "
-            "import bec_jax.plotting, bec_jax.experiments.paper; "
+            "import bec_jax.prediction.plotting, bec_jax.experiments.paper; "
             "import matplotlib as m; print(m.get_backend())")
     r = _run(code, str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -46,7 +46,7 @@ def test_importing_plotting_leaves_the_matplotlib_backend_alone(backend, tmp_pat
 
 def test_default_backend_unchanged_and_no_pyplot(tmp_path):
     code = ("import matplotlib; before = matplotlib.get_backend(); "
-            "import bec_jax.plotting, bec_jax.cli; "
+            "import bec_jax.prediction.plotting, bec_jax.cli.commands; "
             "assert matplotlib.get_backend() == before, (before, matplotlib.get_backend())")
     r = _run(code, str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -121,12 +121,12 @@ def test_analysis_does_not_dispatch_on_algorithm_names():
 
 def test_cli_is_a_thin_parser():
     """Resume rules, the chunk store and the output-directory policy live in
-    bec_jax.runner; the paper's marker lives with the paper's experiment."""
-    import bec_jax.cli as cli
+    bec_jax.run.runner; the paper's marker lives with the paper's experiment."""
+    import bec_jax.cli.commands as cli
     src = open(cli.__file__).read()
     for word in ("ChunkStore", "manifest", "def check_out_dir", "def prepare_out_dir", "REPRODUCE_KIND"):
         assert word not in src, word
-    from bec_jax import runner
+    from bec_jax.run import runner
     assert callable(runner.run_to_dir) and callable(runner.prepare_out_dir)
 
 
@@ -140,19 +140,19 @@ EXPERIMENTS = os.path.join(os.path.dirname(LIB), "experiments")  # installed as 
 # analysis -> envs/samplers/algorithms -> model.) A module missing here fails the
 # test: place a new module in the house when you add it.
 LAYERS = [
-    ("command line", ["bec_jax.cli", "bec_jax.cli_parser", "bec_jax.cli_args", "bec_jax.analyze", "bec_jax.catalog",
+    ("command line", ["bec_jax.cli.commands", "bec_jax.cli.parser", "bec_jax.cli.args", "bec_jax.cli.analyze", "bec_jax.cli.catalog",
                       "bec_jax.__main__", "bec_jax.experiments*"]),
-    ("studies", ["bec_jax.study"]),
-    ("runner", ["bec_jax.runner", "bec_jax.rundir"]),
-    ("fronts and figures", ["bec_jax.sweep", "bec_jax.control.sweep", "bec_jax.figures", "bec_jax.plotting",
-                            "bec_jax.control.plotting", "bec_jax.watchdog"]),
-    ("engine", ["bec_jax.engine*", "bec_jax.memory", "bec_jax.control.program"]),
-    ("results and specs", ["bec_jax.results", "bec_jax.control.results", "bec_jax.files", "bec_jax.stats",
-                           "bec_jax.spec", "bec_jax.control.spec", "bec_jax.verdicts"]),
-    ("analysis", ["bec_jax.analysis", "bec_jax.centering", "bec_jax.centered_values",
-                  "bec_jax.mean_square"]),
-    ("metrics and fixpoints", ["bec_jax.metrics", "bec_jax.fixpoints"]),
-    ("environments, samplers, algorithms", ["bec_jax.envs*", "bec_jax.sampling", "bec_jax.algorithms*",
+    ("studies", ["bec_jax.run.study"]),
+    ("runner", ["bec_jax.run.runner", "bec_jax.run.rundir"]),
+    ("fronts and figures", ["bec_jax.prediction.sweep", "bec_jax.control.sweep", "bec_jax.run.figures", "bec_jax.prediction.plotting",
+                            "bec_jax.control.plotting", "bec_jax.run.watchdog"]),
+    ("engine", ["bec_jax.engine*", "bec_jax.engine.memory", "bec_jax.control.program"]),
+    ("results and specs", ["bec_jax.prediction.results", "bec_jax.control.results", "bec_jax.files", "bec_jax.stats",
+                           "bec_jax.prediction.spec", "bec_jax.control.spec", "bec_jax.theory.verdicts"]),
+    ("analysis", ["bec_jax.theory.expected_updates", "bec_jax.agents.value_learning", "bec_jax.agents.targets",
+                  "bec_jax.theory.mean_square"]),
+    ("metrics and fixpoints", ["bec_jax.theory.metrics", "bec_jax.theory.fixpoints"]),
+    ("environments, samplers, algorithms", ["bec_jax.envs*", "bec_jax.prediction.sampling", "bec_jax.algorithms*",
                                             "bec_jax.control", "bec_jax.control.tasks", "bec_jax.control.tiles",
                                             "bec_jax.control.loop", "bec_jax.control.algorithms",
                                             "bec_jax.control.features", "bec_jax.control.transition"]),
@@ -305,8 +305,8 @@ FILES = module_files()
 
 def test_the_graph_sees_function_level_imports():
     g = graph(FILES)
-    assert len(FILES) > 30 and "bec_jax.sweep" in FILES and "bec_jax.experiments.paper" in FILES
-    assert "bec_jax.mdp" in g["bec_jax.analysis"]
+    assert len(FILES) > 30 and "bec_jax.prediction.sweep" in FILES and "bec_jax.experiments.paper" in FILES
+    assert "bec_jax.mdp" in g["bec_jax.theory.expected_updates"]
     assert "bec_jax.algorithms.base" in g["bec_jax.algorithms.td"]
 
 
@@ -346,8 +346,8 @@ def test_an_injected_cycle_is_found(copy):
     _append(os.path.join(lib, "mdp.py"), "def _late():\n    from bec_jax import runner  # noqa\n")
     files = module_files(lib, exp)
     found = cycles(graph(files))
-    assert any("bec_jax.mdp" in c and "bec_jax.runner" in c for c in found), found
-    assert any("bec_jax.mdp (model) imports bec_jax.runner (runner)" == u for u in upward_imports(files))
+    assert any("bec_jax.mdp" in c and "bec_jax.run.runner" in c for c in found), found
+    assert any("bec_jax.mdp (model) imports bec_jax.run.runner (runner)" == u for u in upward_imports(files))
 
 
 def test_an_injected_private_import_is_found(copy):
@@ -355,8 +355,8 @@ def test_an_injected_private_import_is_found(copy):
     _append(os.path.join(lib, "verdicts.py"), "from bec_jax.mdp import _secret  # noqa\n"
                                               "from bec_jax import analysis as an\nx = an._hidden\n")
     found = private_imports(module_files(lib, exp))
-    assert any(f.startswith("bec_jax.verdicts:") and f.endswith("imports bec_jax.mdp._secret") for f in found)
-    assert any(f.startswith("bec_jax.verdicts:") and f.endswith("uses bec_jax.analysis._hidden") for f in found)
+    assert any(f.startswith("bec_jax.theory.verdicts:") and f.endswith("imports bec_jax.mdp._secret") for f in found)
+    assert any(f.startswith("bec_jax.theory.verdicts:") and f.endswith("uses bec_jax.theory.expected_updates._hidden") for f in found)
 
 
 def test_an_unplaced_module_is_found(copy):

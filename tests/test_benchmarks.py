@@ -67,7 +67,8 @@ def test_baseline_check_catches_a_different_update(monkeypatch):
 
 
 def test_baseline_metric_is_rmscbe():
-    from bec_jax import analysis, envs
+    from bec_jax import envs
+    from bec_jax.theory import expected_updates as analysis
 
     tables, R, h = baseline_numpy.make_problem("boyan_chain")
     log, theta, *_ = baseline_numpy.run_ctdc(tables, R, h, 0.1, 0.1, 0.1, steps=100, log_every=10, seed=3)

@@ -10,11 +10,13 @@ import sys
 import pytest
 
 import bec_jax
-from bec_jax import algorithms, catalog, envs, metrics, mdp
+from bec_jax import algorithms, envs, mdp
 from bec_jax.algorithms import td
-from bec_jax.cli import main
+from bec_jax.cli import catalog
+from bec_jax.cli.commands import main
 from bec_jax.control import algorithms as control_algorithms
 from bec_jax.control import tasks as control_tasks
+from bec_jax.theory import metrics
 
 
 def _list(capsys, *args) -> str:
@@ -114,11 +116,11 @@ def test_defaults_are_json_values():
 def test_version(capsys):
     from importlib import metadata
     assert catalog.version_text() == f"bec-jax {bec_jax.__version__} (jax {metadata.version('jax')})"
-    # bec_jax.cli's parser says the same (python -m bec_jax.cli --version, --help lists it).
+    # bec_jax.cli.commands's parser says the same (python -m bec_jax.cli.commands --version, --help lists it).
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == catalog.version_text() + "\n"
     with pytest.raises(SystemExit):
-        from bec_jax.cli import build_parser
+        from bec_jax.cli.commands import build_parser
         build_parser().parse_args(["--version"])
     assert capsys.readouterr().out == catalog.version_text() + "\n"
 
@@ -132,7 +134,7 @@ def test_the_console_script_answers_version_without_importing_jax(capsys):
     assert r.stdout.splitlines() == [catalog.version_text(), "0 []"]
     r = subprocess.run([sys.executable, "-m", "bec_jax", "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout == catalog.version_text() + "\n", r.stderr
-    # Anything else goes to bec_jax.cli.main.
+    # Anything else goes to bec_jax.cli.commands.main.
     from bec_jax.__main__ import main as console_main
     assert console_main(["list", "metrics"]) == 0
     assert capsys.readouterr().out == catalog.command("metrics")

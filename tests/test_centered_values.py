@@ -1,4 +1,4 @@
-"""Centered value targets (`bec_jax.centered_values`) against rlax and hand values,
+"""Centered value targets (`bec_jax.agents.targets`) against rlax and hand values,
 the episodic `terminal_t` closed form, and the `omega_update` guard/mask."""
 import subprocess
 import sys
@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bec_jax import centered_values as cv
-from bec_jax import centering
+from bec_jax.agents import targets as cv
+from bec_jax.agents import value_learning as centering
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -297,8 +297,8 @@ def test_without_terminal_centering_changes_the_greedy_choice():
 # ------------------------------------------------------------- light import
 
 def test_light_import():
-    code = ("import sys, bec_jax.centered_values, bec_jax.centering; "
-            "print([m for m in ('matplotlib', 'bec_jax.sweep', 'bec_jax.envs', 'rlax') "
+    code = ("import sys, bec_jax.agents.targets, bec_jax.agents.value_learning; "
+            "print([m for m in ('matplotlib', 'bec_jax.prediction.sweep', 'bec_jax.envs', 'rlax') "
             "if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

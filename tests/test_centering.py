@@ -1,15 +1,17 @@
-"""Bellman error centering for general value functions (`bec_jax.centering`),
+"""Bellman error centering for general value functions (`bec_jax.agents.value_learning`),
 centered TD(lambda) (`bec_jax.algorithms.ctd_lambda`) and the worked agent."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
-from bec_jax import algorithms, centering, envs, sampling
-from bec_jax.algorithms import ctd, ctd_lambda, ctdc, td, tdc
-from bec_jax.transition import Transition
 from bec_jax.experiments import neural_agent
+
+from bec_jax import algorithms, envs
+from bec_jax.agents import value_learning as centering
+from bec_jax.algorithms import ctd, ctd_lambda, ctdc, td, tdc
+from bec_jax.prediction import sampling
+from bec_jax.transition import Transition
 
 K, T = 4, 40  # features, transitions per sequence
 ALPHA, BETA, ZETA = 0.05, 0.1, 0.2
@@ -224,8 +226,8 @@ def test_ctd_lambda_registry():
 
 
 def test_ctd_lambda_runs_in_the_sweep_engine():
-    from bec_jax import sweep
-    from bec_jax.spec import SweepSpec
+    from bec_jax.prediction import sweep
+    from bec_jax.prediction.spec import SweepSpec
     r = sweep.run(SweepSpec(env="boyan_chain", algorithm="ctd_lambda", alpha=(0.05,), beta=(0.1,),
                             seeds=2, steps=40, log_every=20, metrics=("rmscbe",)))
     assert np.all(np.isfinite(r.mean)) and r.mean[0, 0, -1] < r.mean[0, 0, 0]

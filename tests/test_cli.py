@@ -6,7 +6,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from bec_jax.cli import main
+from bec_jax.cli.commands import main
 
 TINY = ["run", "--env", "two_state", "--algorithm", "ctd", "--alpha", "0.01,0.005",
         "--beta", "0.1,0.05,0.01", "--steps", "200", "--seeds", "4", "--log-every", "50"]
@@ -112,9 +112,9 @@ def test_help_lists_the_registries(capsys):
     it is read from the registries, not spelled out."""
     import dataclasses
 
-    from bec_jax import analysis
     from bec_jax.control import algorithms as control_algorithms
     from bec_jax.control import tasks as control_tasks
+    from bec_jax.theory import expected_updates as analysis
     try:
         analysis.register_metric("help_metric_test", lambda env: np.ones((1, env.num_features + 1)), "a test")
         control_tasks.register("help_task_test", control_tasks.maze)

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from bec_jax.cli import main
+from bec_jax.cli.commands import main
 from bec_jax.control.results import ControlResult
 
 TINY = ["control", "--task", "cliff_walking", "--algorithm", "cgq", "--alpha", "0.1,0.3", "--beta", "0.001",

@@ -330,7 +330,8 @@ BOX = ["--task-param", "low=-1", "--task-param", "high=1"]
 ])
 def test_a_bad_task_or_feature_map_exits_2_with_one_line(args, field, tmp_path, capsys, monkeypatch):
     import os
-    from bec_jax.cli import main
+
+    from bec_jax.cli.commands import main
     pytest.importorskip("gymnax")
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where examples/ is
     out = tmp_path / "x"

@@ -5,7 +5,8 @@ grid axes give each point what the same values give as plain settings."""
 import numpy as np
 import pytest
 
-from bec_jax import cli, cli_args
+from bec_jax.cli import args as cli_args
+from bec_jax.cli import commands as cli
 from bec_jax.control import program, sweep
 from bec_jax.control.spec import ControlSpec
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bec_jax.cli import main
+from bec_jax.cli.commands import main
 from bec_jax.control.results import ControlResult
 
 # Tiny: cliff_walking, 20 episodes, 2 seeds (about a second each, compile included).
@@ -60,7 +60,7 @@ def test_compare_draws_each_runs_best_return_curve(runs, tmp_path, capsys):
     out = tmp_path / "cmp.png"
     assert main(["compare", str(runs / "q"), str(runs / "cq"), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    from bec_jax import figures
+    from bec_jax.run import figures
     fig = figures.compare_figure({"q": ControlResult.load(str(runs / "q")),
                                   "cq": ControlResult.load(str(runs / "cq"))})
     ax = fig.axes[0]
@@ -75,7 +75,7 @@ def test_compare_draws_each_runs_best_return_curve(runs, tmp_path, capsys):
 
 
 def test_compare_steps_per_episode_with_labels_and_select(runs, tmp_path):
-    from bec_jax import figures
+    from bec_jax.run import figures
     r = ControlResult.load(str(runs / "cq"))
     fig = figures.compare_figure({"mine": r}, metric="length", select={"beta": 0.01})
     ln, = [ln for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")]
@@ -204,7 +204,7 @@ def test_plot_and_frame_of_a_mixed_study(mixed_study):
     assert [r["sweep"] for r in rows] == ["td", "q", "cq"]
     md = (out / "plots" / "table.md").read_text()
     assert md.count("| sweep |") == 2  # one table per kind: their columns differ
-    from bec_jax.study import load_frame
+    from bec_jax.run.study import load_frame
     df = load_frame(str(out))
     assert set(df["sweep"]) == {"td", "q", "cq"}
     q = df[(df.sweep == "q") & (df.stat == "return")]
@@ -288,8 +288,9 @@ def test_the_readmes_mixed_study_is_valid():
     to the sweeps whose kind takes it."""
     import tomllib
 
-    from bec_jax import study
     from docs_blocks import code
+
+    from bec_jax.run import study
     block = code("docs/sweeps.md", "toml", containing='kind = "control"')
     st = study.from_dict(tomllib.loads(block))
     (n1, td), (n2, cq) = st.sweeps
@@ -301,7 +302,7 @@ def test_the_readmes_mixed_study_is_valid():
 def test_the_worked_control_study_is_valid():
     """experiments/studies/centering_cliff.toml: every sweep a control sweep
     (a shared kind), the shared grid and behaviour in each."""
-    from bec_jax import study
+    from bec_jax.run import study
     path = os.path.join(os.path.dirname(__file__), os.pardir, "experiments", "studies", "centering_cliff.toml")
     st = study.load(path)
     assert st.names == ["cliff-q", "cliff-cq", "cliff-gq", "cliff-cgq"]

@@ -10,14 +10,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from xla_env import xla_flags
 
-from bec_jax import runner
 from bec_jax.control import algorithms, loop, sweep, tasks
 from bec_jax.control.results import ControlResult, is_control_dir
 from bec_jax.control.spec import ControlSpec
 from bec_jax.control.transition import q_values
+from bec_jax.run import runner
 from benchmarks import control_numpy
-from xla_env import xla_flags
 
 CLIFF = tasks.make("cliff_walking")
 

@@ -677,7 +677,7 @@ def test_the_worked_gridworld_runs_from_the_command_line(tmp_path, monkeypatch):
     import json
     import os
 
-    from bec_jax.cli import main
+    from bec_jax.cli.commands import main
     from bec_jax.control.results import ControlResult
     monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = tmp_path / "grid"

@@ -1,5 +1,5 @@
 """Small end-to-end runs: Markov-sampled trajectories under jitted lax.scan, checked
-against the closed-form metrics and fixpoints of `bec_jax.analysis`.
+against the closed-form metrics and fixpoints of `bec_jax.theory.expected_updates`.
 
 One compiled program per (algorithm, environment): step sizes and keys are traced
 arguments, so tests that share them share the compile.
@@ -11,7 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bec_jax import algorithms, analysis, envs, sampling
+from bec_jax import algorithms, envs
+from bec_jax.prediction import sampling
+from bec_jax.theory import expected_updates as analysis
 
 NUM_BLOCKS, BLOCK = 20, 2000  # 40k steps, theta logged every 2000
 SEEDS = 3

@@ -26,9 +26,9 @@ import sys
 import numpy as np
 import pytest
 import yaml
+from docs_blocks import REPO, Block, blocks, code, pages, read
 
 import bec_jax
-from docs_blocks import REPO, Block, blocks, code, pages, read
 
 ALL = [b for p in pages() for b in blocks(p)]
 RUN_HERE = "run by tests/test_docs.py"
@@ -100,7 +100,8 @@ def _check_command(argv: list[str]) -> bool:
     """Parses a command line; for `run` and `control` on sources found from the
     repository root, also builds its spec (which refuses an option the algorithm
     does not declare). True if the spec was built."""
-    from bec_jax import cli, cli_args
+    from bec_jax.cli import args as cli_args
+    from bec_jax.cli import commands as cli
     args = cli.parse(argv)
     if args.command not in ("run", "control") or any(
             s in a for a in argv for s in ("--config", "--resume", "mine:", "mytasks:", "mymod:", ".npz", ".toml")):
@@ -144,7 +145,7 @@ def test_block_runs_as_pasted(b, tmp_path):
     p = subprocess.run(argv, cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, f"{_id(b)}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}"
     if "ctd_lambda" in b.code and b.lang == "bash":  # docs/your-mdp.md: 3 gammas x 2 alphas x 3 lambdas
-        from bec_jax.results import SweepResult
+        from bec_jax.prediction.results import SweepResult
         r = SweepResult.load(str(tmp_path / "runs" / "lambda_gamma"))
         assert r.num_points == 18 and list(r.grid)[:1] == ["gamma"] and r.alive[:, -1].min() == 50
     if "theory" in b.page:  # off-policy TD's ODE on the 2-state example: +0.2; CTD there is stable
@@ -154,8 +155,8 @@ def test_block_runs_as_pasted(b, tmp_path):
 def test_sweeps_page_runs_as_pasted(tmp_path, monkeypatch):
     """docs/sweeps.md's two command lines, the second on its TOML block saved as
     sweep.toml: the grids are what the block says."""
-    from bec_jax import cli
-    from bec_jax.results import SweepResult
+    from bec_jax.cli import commands as cli
+    from bec_jax.prediction.results import SweepResult
     (tmp_path / "sweep.toml").write_text(code("docs/sweeps.md", "toml", containing='env = "baird"'))
     lines = _commands(code("docs/sweeps.md", "bash", containing="--config sweep.toml"))
     assert [a[0] for a in lines] == ["run", "run"]
@@ -182,7 +183,7 @@ def test_strict_build_passes(tmp_path):
     assert "mkdocs build --strict" in code("README.md", "bash", containing="mkdocs build")
     p = _mkdocs(os.path.join(REPO, "mkdocs.yml"), str(tmp_path / "site"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
-    page = (tmp_path / "site" / "api" / "bec_jax.analysis.html").read_text()
+    page = (tmp_path / "site" / "api" / "bec_jax.theory.expected_updates.html").read_text()
     assert "ode_eigenvalues" in page and "expected_update" in page  # the reference is generated
 
 

@@ -8,11 +8,11 @@ import re
 import pytest
 
 import bec_jax
-from bec_jax import memory, sweep
 from bec_jax.control import sweep as control_sweep
 from bec_jax.control.spec import ControlSpec
-from bec_jax.engine import execute, protocol
-from bec_jax.spec import SweepSpec
+from bec_jax.engine import execute, memory, protocol
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import SweepSpec
 
 LIB = os.path.dirname(os.path.abspath(bec_jax.__file__))
 

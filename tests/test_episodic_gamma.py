@@ -10,9 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from bec_jax import analysis, cli, envs
+from bec_jax import envs
 from bec_jax import mdp as mdp_lib
-from bec_jax.results import SweepResult
+from bec_jax.cli import commands as cli
+from bec_jax.prediction.results import SweepResult
+from bec_jax.theory import expected_updates as analysis
 
 
 def episodic_fields(nonterminal=0.9, other=None):

@@ -6,8 +6,11 @@ import json
 import numpy as np
 import pytest
 
-from bec_jax import cli, envs, plotting, sweep, verdicts
-from bec_jax.spec import SweepSpec
+from bec_jax import envs
+from bec_jax.cli import commands as cli
+from bec_jax.prediction import plotting, sweep
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.theory import verdicts
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +69,7 @@ def test_fast_label_is_the_full_analysis_label():
     """`mean_square.label` (the mean's radius first, the second moment's only
     where the mean is stable) gives `mean_square(...).label` at points of all
     three labels, on both samplers."""
-    from bec_jax import mean_square
+    from bec_jax.theory import mean_square
     env = envs.make("baird")
     seen = set()
     for sampler in ("markov", "iid"):
@@ -104,7 +107,7 @@ def test_a_label_asked_for_twice_at_once_is_computed_once(monkeypatch):
     import threading
     import time
 
-    from bec_jax import mean_square
+    from bec_jax.theory import mean_square
     calls = []
 
     def slow_label(*args):

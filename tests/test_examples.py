@@ -39,7 +39,8 @@ def test_examples_are_short_documented_scripts(script):
 
 
 def test_sweep_your_mdp(capsys):
-    from bec_jax import algorithms, analysis, envs
+    from bec_jax import algorithms, envs
+    from bec_jax.theory import expected_updates as analysis
     ex = _load("sweep_your_mdp")
     try:
         out = ex.main()
@@ -106,8 +107,8 @@ def test_centered_ppo_critic(capsys):
 
 def test_study_to_pandas_as_a_script(tmp_path):
     pytest.importorskip("pandas")
-    from bec_jax import study
-    from bec_jax.results import SweepResult
+    from bec_jax.prediction.results import SweepResult
+    from bec_jax.run import study
     out = str(tmp_path / "study")
     r = subprocess.run([sys.executable, "examples/study_to_pandas.py", out], cwd=REPO, capture_output=True,
                        text=True, timeout=300)

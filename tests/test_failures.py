@@ -13,11 +13,12 @@ import jax
 import numpy as np
 import pytest
 
-from bec_jax import memory, runner, sweep
-from bec_jax.engine import execute
+from bec_jax.engine import execute, memory
 from bec_jax.files import NpyFile
-from bec_jax.results import SweepResult
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction import sweep
+from bec_jax.prediction.results import SweepResult
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.run import runner
 
 
 def _env() -> dict:
@@ -32,7 +33,7 @@ def _env() -> dict:
 # Python between fork and exec in this process full of JAX threads.
 LIMITED = ("import resource, runpy, sys; n = int(sys.argv.pop(1)); "
            "resource.setrlimit(resource.RLIMIT_AS, (n, n)) if n else None; "
-           "sys.argv[0] = 'bec-jax'; runpy.run_module('bec_jax.cli', run_name='__main__')")
+           "sys.argv[0] = 'bec-jax'; runpy.run_module('bec_jax.cli.commands', run_name='__main__')")
 
 
 def bec(args, cwd, limit: int | None = None) -> subprocess.CompletedProcess:
@@ -270,7 +271,7 @@ def test_a_mapping_refused_mid_run_is_one_line_naming_the_limit(tmp_path, monkey
 def test_control_run_failing_before_a_chunk_is_saved_leaves_nothing(tmp_path, monkeypatch, capsys):
     """`bec-jax control` is contained the same way: one line, and the same
     command runs once the fault is gone."""
-    from bec_jax import cli
+    from bec_jax.cli import commands as cli
     real = execute.call
 
     def failing(exe, *args):

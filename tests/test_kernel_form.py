@@ -5,9 +5,10 @@ with the same bits either way."""
 import jax
 import numpy as np
 
-from bec_jax import algorithms, sweep
+from bec_jax import algorithms
 from bec_jax.algorithms import ctdc
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import SweepSpec
 
 
 def test_every_built_in_algorithm_declares_its_shared_scalars():

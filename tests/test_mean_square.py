@@ -1,4 +1,4 @@
-"""Exact mean-square stability (bec_jax.mean_square) against a hand-worked
+"""Exact mean-square stability (bec_jax.theory.mean_square) against a hand-worked
 scalar case, a Monte Carlo estimate of E[Gamma (x) Gamma] from the package's own
 sampler, and an independent NumPy construction of Costa-Fragoso-Marques'
 operator on a small off-policy MDP."""
@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bec_jax import algorithms, mdp, sampling
-from bec_jax import mean_square as msq
-
+from bec_jax import algorithms, mdp
+from bec_jax.prediction import sampling
+from bec_jax.theory import mean_square as msq
 
 # ------------------------------------------------------------------ hand-worked
 
@@ -221,7 +221,9 @@ def test_analyze_command_table_map_and_overlay(tmp_path, capsys):
     import json
     import os
 
-    from bec_jax import analyze, cli, envs
+    from bec_jax import envs
+    from bec_jax.cli import analyze
+    from bec_jax.cli import commands as cli
     out = str(tmp_path / "an")
     rc = cli.main(["analyze", "--env", "two_state", "--algorithm", "ctd", "--alpha", "1e-3,0.3",
                    "--beta", "0.01,0.5", "--out", out, "--map-points", "3"])
@@ -256,7 +258,7 @@ def test_analyze_overlays_a_runs_divergence(tmp_path, capsys):
     import json
     import os
 
-    from bec_jax import cli
+    from bec_jax.cli import commands as cli
     grid = ["--env", "two_state", "--algorithm", "ctd", "--alpha", "1e-3,0.3", "--beta", "0.01,0.5"]
     run = str(tmp_path / "run")
     assert cli.main(["run", *grid, "--steps", "2000", "--seeds", "4", "--log-every", "100", "--out", run]) == 0
@@ -277,8 +279,9 @@ def test_readme_analyze_section_runs_as_pasted(capsys):
     import re
     import shlex
 
-    from bec_jax import cli
     from docs_blocks import code as block
+
+    from bec_jax.cli import commands as cli
     title = "Exact stability: `bec-jax analyze`"
     code = block("docs/theory.md", "python", section=title)
     exec(compile(code, "docs/theory.md", "exec"), {})

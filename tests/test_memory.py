@@ -1,4 +1,4 @@
-"""Long and large runs (`bec_jax.memory`, the segmented engine, the run directory):
+"""Long and large runs (`bec_jax.engine.memory`, the segmented engine, the run directory):
 the memory estimate against XLA's own buffer assignment, seed chunks and time
 segments invisible in the results (bit for bit), refusals before any work, a
 SIGTERM at a segment boundary resumed to identical files, an injected
@@ -13,12 +13,15 @@ import time
 import jax
 import numpy as np
 import pytest
-
-from bec_jax import cli, files, memory, runner, sweep
-from bec_jax.engine import execute
-from bec_jax.results import SweepResult
-from bec_jax.spec import SweepSpec
 from xla_env import xla_flags
+
+from bec_jax import files
+from bec_jax.cli import commands as cli
+from bec_jax.engine import execute, memory
+from bec_jax.prediction import sweep
+from bec_jax.prediction.results import SweepResult
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.run import runner
 
 ARRAYS = ("steps", "mean", "std", "sem", "alive", "final", "diverged_step", "auc_seed")
 
@@ -268,7 +271,9 @@ def test_large_logs_stream_to_disk_and_load_memory_mapped(tmp_path, reference, m
 
 DRIVER = textwrap.dedent("""
     import sys
-    from bec_jax import cli, memory, runner
+    from bec_jax.cli import commands as cli
+    from bec_jax.engine import memory
+    from bec_jax.run import runner
     memory.SEGMENT_UPDATES = 100_000   # segments of a few milliseconds
     runner.CHECKPOINT_EVERY_S = 0.0    # a checkpoint after every segment: the test sees the run going
     sys.exit(cli.main(sys.argv[1:]))

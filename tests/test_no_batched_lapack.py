@@ -16,12 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bec_jax import algorithms, sweep
+from bec_jax import algorithms
 from bec_jax.control import algorithms as control_algorithms
 from bec_jax.control import sweep as control_sweep
 from bec_jax.control import tasks as control_tasks
 from bec_jax.control.spec import ControlSpec
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import SweepSpec
 
 # StableHLO: `stablehlo.custom_call @lapack_sgeqrf_ffi(%0) {...} : (tensor<4x8x8xf32>) -> ...`;
 # HLO: `custom-call(...), custom_call_target="lapack_sgeqrf_ffi", operand_layout_constraints={f32[4,8,8]{1,2,0}}`.

@@ -9,10 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bec_jax import algorithms, analysis, cli, envs, sweep
+from bec_jax import algorithms, envs
 from bec_jax import mdp as mdp_lib
-from bec_jax.results import SweepResult
-from bec_jax.spec import SweepSpec
+from bec_jax.cli import commands as cli
+from bec_jax.prediction import sweep
+from bec_jax.prediction.results import SweepResult
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.theory import expected_updates as analysis
 
 SMALL = dict(seeds=6, steps=120, log_every=20)
 

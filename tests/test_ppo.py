@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from bec_jax.experiments import ppo
 
-from bec_jax import centering
+from bec_jax.agents import value_learning as centering
 
 pytest.importorskip("gymnax")
 rlax = pytest.importorskip("rlax")

@@ -7,12 +7,14 @@ import itertools
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from bec_jax import algorithms, analysis, envs, sweep
-from bec_jax import mdp as mdp_lib
-from bec_jax.spec import SweepSpec
-from bec_jax.transition import Transition
 from hand_derived import episodic_env, hand_pieces
+
+from bec_jax import algorithms, envs
+from bec_jax import mdp as mdp_lib
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.theory import expected_updates as analysis
+from bec_jax.transition import Transition
 
 S5 = 5
 

@@ -13,10 +13,10 @@ import jax.monitoring
 import numpy as np
 import pytest
 
-from bec_jax import sweep
 from bec_jax.engine import program_cache, tuning
 from bec_jax.engine.buckets import bucket
-from bec_jax.spec import ScheduleSpec, SweepSpec
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import ScheduleSpec, SweepSpec
 
 SMALL = dict(env="two_state", algorithm="td", seeds=3, steps=40, log_every=20)
 FIVE = (0.01, 0.02, 0.03, 0.04, 0.05)  # bucket 6
@@ -114,7 +114,7 @@ class H(logging.Handler):
 h = H(level=logging.DEBUG)
 log = logging.getLogger("jax._src.compiler")
 log.addHandler(h); log.setLevel(logging.DEBUG)
-from bec_jax.cli import main
+from bec_jax.cli.commands import main
 rc = main(sys.argv[1:])
 meta = json.load(open(sys.argv[sys.argv.index("--out") + 1] + "/meta.json"))
 print(json.dumps({"rc": rc, "compile_time_s": meta["compile_time_s"], "timing": meta["timing"], **events}))
@@ -270,7 +270,7 @@ def test_a_control_sweep_with_other_step_sizes_reuses_its_program():
 
 
 def test_a_sweep_in_several_chunks_keeps_its_chunk_size_within_a_bucket():
-    from bec_jax import memory
+    from bec_jax.engine import memory
 
     def chunk(points):  # 200 seeds: more runs than the CPU cache-sized call holds, so several chunks
         spec = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=tuple(np.linspace(1e-3, 1e-2, points)),

@@ -6,7 +6,6 @@ import sys
 import tomllib
 
 import numpy as np
-
 from docs_blocks import REPO
 from docs_blocks import code as block
 
@@ -65,7 +64,7 @@ def test_quickstart_sweep_runs_as_pasted(tmp_path):
     """The README's first quickstart: three sweeps in one program, each best point
     with its interval and exact verdict. The user's half-step TD is built-in TD at
     alpha = eta / 2, so its exact rate is TD's there (an independent computation)."""
-    from bec_jax import verdicts
+    from bec_jax.theory import verdicts
     program = block("README.md", "python", section="Quickstart 1: sweep your MDP and your TD variant against CTD and TDC")
     (tmp_path / "quickstart.py").write_text(program)
     p = subprocess.run([sys.executable, "quickstart.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)

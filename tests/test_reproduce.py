@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from bec_jax import envs, verdicts
-from bec_jax.cli import main
-from bec_jax.results import SweepResult
+from bec_jax import envs
+from bec_jax.cli.commands import main
+from bec_jax.prediction.results import SweepResult
+from bec_jax.theory import verdicts
 
 
 @pytest.fixture(scope="module")

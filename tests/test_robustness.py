@@ -22,14 +22,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from bec_jax import algorithms, analysis, sampling, sweep
+from bec_jax import algorithms
 from bec_jax import mdp as mdp_lib
-from bec_jax.cli import main
+from bec_jax.cli.commands import main
 from bec_jax.engine import divergence
 from bec_jax.mdp import make_mdp
-from bec_jax.results import SweepResult
-from bec_jax.runner import ChunkStore
-from bec_jax.spec import ScheduleSpec, SweepSpec
+from bec_jax.prediction import sampling, sweep
+from bec_jax.prediction.results import SweepResult
+from bec_jax.prediction.spec import ScheduleSpec, SweepSpec
+from bec_jax.run.runner import ChunkStore
+from bec_jax.theory import expected_updates as analysis
 
 BEC_JAX = shutil.which("bec-jax") or "bec-jax"
 
@@ -838,8 +840,8 @@ def test_generic_expected_update_equals_hand_derived_on_random_mdps(model, alg_n
 def test_a_part_is_not_refused_for_another_parts_write_probe(tmp_path):
     """Two `--chunks` parts start at once: one may see the other's brief write
     probe in the shared directory before the chunk store exists (a race CI hit)."""
-    from bec_jax import runner
-    from bec_jax.spec import SweepSpec
+    from bec_jax.prediction.spec import SweepSpec
+    from bec_jax.run import runner
     out = tmp_path / "run"
     out.mkdir()
     (out / ".bec-jax-write-test-99999").write_text("")

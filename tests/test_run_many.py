@@ -3,8 +3,9 @@ compiled program, and each gets bit for bit what `sweep.run` gives it alone."""
 import numpy as np
 import pytest
 
-from bec_jax import memory, sweep
-from bec_jax.spec import SweepSpec
+from bec_jax.engine import memory
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import SweepSpec
 
 FIELDS = ("mean", "std", "sem", "alive", "final", "auc_seed", "diverged_step")
 # Baird: alpha = 0.3 diverges (for most seeds), so the divergence revert runs in

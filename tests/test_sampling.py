@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bec_jax import envs, sampling
+from bec_jax import envs
 from bec_jax import mdp as mdp_lib
+from bec_jax.prediction import sampling
 from bec_jax.transition import Transition
 
 NUM_CHAINS, CHAIN_LEN = 500, 400  # 200k draws per sampler

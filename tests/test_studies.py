@@ -15,15 +15,16 @@ import tomllib
 import jax
 import numpy as np
 import pytest
+from xla_env import xla_flags
 
 import bec_jax
-from bec_jax import cli, sweep
-from bec_jax.engine import execute, kernel
-from bec_jax.results import SweepResult
-from bec_jax.spec import SweepSpec
+from bec_jax.cli import commands as cli
+from bec_jax.engine import execute
+from bec_jax.prediction import kernel, sweep
+from bec_jax.prediction.results import SweepResult
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.run.study import load_frame
 from bec_jax.stats import t_interval
-from bec_jax.study import load_frame
-from xla_env import xla_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BEC_JAX = shutil.which("bec-jax") or "bec-jax"
@@ -350,7 +351,7 @@ def test_welch_interval_matches_scipy():
 
 
 def test_confirmation_uses_fresh_disjoint_seeds(small_run, tmp_path):
-    from bec_jax import runner
+    from bec_jax.run import runner
     r, _ = small_run
     rep = runner.confirm(r, str(tmp_path), seeds=6)
     assert rep["point"] == r.point(r.best_index())
@@ -370,7 +371,7 @@ def test_confirmation_uses_fresh_disjoint_seeds(small_run, tmp_path):
     assert line.startswith("confirmed on 6 fresh seeds (streams 12-17): final rmscbe ")
     assert f"{rep['confirmation']['final']:.4g} [{c_lo[0]:.4g}, {c_hi[0]:.4g}]" in line
     # The table carries the confirmation where it re-ran the row's setting and metric.
-    from bec_jax.plotting import summary_rows
+    from bec_jax.prediction.plotting import summary_rows
     row, = summary_rows({"x": r}, None, {"x": rep})
     assert row["confirm_seeds"] == 6 and row["confirm_final"] == rep["confirmation"]["final"]
     assert row["confirm_auc_ci_high"] == rep["confirmation"]["auc_ci95"][1]
@@ -443,7 +444,7 @@ def test_progress_reports_per_log_block_and_changes_no_bit(monkeypatch):
 
 
 def test_worked_study_file_is_valid():
-    from bec_jax import study
+    from bec_jax.run import study
     st = study.load(os.path.join(REPO, "experiments", "studies", "centering_boyan.toml"))
     assert st.names == ["boyan-td", "boyan-ctd", "boyan-tdc", "boyan-ctdc"]
     assert [s.num_points for _, s in st.sweeps] == [6, 24, 12, 48]
@@ -452,7 +453,7 @@ def test_worked_study_file_is_valid():
 
 def test_pandas_is_optional(tmp_path):
     code = ("import sys; sys.modules['pandas'] = None\n"
-            "import bec_jax, bec_jax.results as r\n"
+            "import bec_jax, bec_jax.prediction.results as r\n"
             "try:\n    r.import_pandas()\nexcept ImportError as e:\n    print('MSG', e)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
@@ -480,7 +481,7 @@ def test_packaging_files():
 def test_study_sweeps_that_differ_in_algorithm_share_a_program(tmp_path):
     """A study's sweeps on one model run as one program (`sweep.run_many`), each
     written bit for bit as it would be alone; a chunk size given keeps them apart."""
-    from bec_jax import runner, study
+    from bec_jax.run import runner, study
     st = study.from_dict({"seeds": 5, "steps": 60, "log_every": 20, "sweep": [
         {"env": "two_state", "algorithm": "td", "alpha": [0.01, 0.1]},
         {"env": "boyan_chain", "algorithm": "td", "alpha": [0.1]},
@@ -505,7 +506,7 @@ def test_study_sweeps_that_differ_in_algorithm_share_a_program(tmp_path):
 def test_a_signal_during_a_shared_program_keeps_what_it_computed(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from bec_jax import runner, study
+    from bec_jax.run import runner, study
     st = study.from_dict({"seeds": 3, "steps": 40, "log_every": 20, "sweep": [
         {"env": "two_state", "algorithm": "td", "alpha": [0.1]},
         {"env": "two_state", "algorithm": "ctd", "alpha": [0.1], "beta": [0.1]},

@@ -9,13 +9,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from bec_jax import algorithms, analysis, envs, sampling, sweep
-from bec_jax.engine import kernel, seed_stats, tuning
-from bec_jax.results import SweepResult
-from bec_jax.spec import ScheduleSpec, SweepSpec
-from bec_jax.transition import Transition
 from xla_env import xla_flags
+
+from bec_jax import algorithms, envs
+from bec_jax.engine import seed_stats, tuning
+from bec_jax.prediction import kernel, sampling, sweep
+from bec_jax.prediction.results import SweepResult
+from bec_jax.prediction.spec import ScheduleSpec, SweepSpec
+from bec_jax.theory import expected_updates as analysis
+from bec_jax.transition import Transition
 
 # 50 seeds: with fewer, a batch-shape-dependent rounding can go unnoticed.
 BAIRD = dict(env="baird", algorithm="ctdc", beta=(0.01, 0.1), zeta=(0.01, 0.05), seeds=50,
@@ -177,8 +179,8 @@ def test_best_and_sensitivity(full):
 _DEVICE_SCRIPT = """
 import json, sys
 import numpy as np, jax
-from bec_jax import sweep
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction import sweep
+from bec_jax.prediction.spec import SweepSpec
 spec = SweepSpec(alpha=(0.3, 0.005, 0.01), **json.loads(sys.argv[1]))
 r = sweep.run(spec, chunk_size=int(sys.argv[2]))
 # Seed chunks and time segments, the grid sharded over the 4 devices.
@@ -233,7 +235,7 @@ def test_programs_are_reused_in_process_only_where_they_are_the_same():
     """A sweep run again with another base seed reuses the compiled program (the
     seed is an argument) and gets that seed's results, bit for bit those of a
     fresh compile; a change that shapes the program compiles anew."""
-    from bec_jax.spec import SweepSpec
+    from bec_jax.prediction.spec import SweepSpec
     spec = SweepSpec(env="two_state", algorithm="ctd", alpha=(0.01, 0.02), beta=(0.1,), seeds=4, steps=60,
                      log_every=20)
     a = sweep.run(spec, progress=False)
@@ -375,7 +377,7 @@ def test_sensitivity_panels_keep_labelled_minor_ticks(full):
     """A sensitivity panel drops the minor ticks of a log axis spanning two decades
     or more (unlabelled there, and most of a figure's drawing time) and keeps them
     on a narrower one, where they carry the only labels between the decades."""
-    from bec_jax import plotting
+    from bec_jax.prediction import plotting
     fig, axes = plotting.new_figure(1, 2)
     plotting.sensitivity_panel(axes[0, 0], full, "alpha", None, None, "wide", None, (1e-2, 1e3))
     plotting.sensitivity_panel(axes[0, 1], full, "alpha", None, None, "narrow", None, (0.2, 1.5))

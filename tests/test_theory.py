@@ -1,12 +1,13 @@
 """`bec_jax.experiments.theory` against quantities derived by hand here, from the
-2-state chain's arrays and CTDC's update equations (not from `bec_jax.analysis`)."""
+2-state chain's arrays and CTDC's update equations (not from `bec_jax.theory.expected_updates`)."""
 import json
 
 import numpy as np
 import pytest
 from bec_jax.experiments import theory
 
-from bec_jax import analysis, envs
+from bec_jax import envs
+from bec_jax.theory import expected_updates as analysis
 
 
 def hand_outcomes(env):

@@ -46,7 +46,7 @@ def test_run_meta_separates_import_trace_compile_and_run(tmp_path):
 
 
 def test_the_command_line_imports_no_plotting_scipy_or_optax_before_its_work():
-    code = ("import sys, bec_jax; light = 'jax' not in sys.modules; import bec_jax.cli; "
+    code = ("import sys, bec_jax; light = 'jax' not in sys.modules; import bec_jax.cli.commands; "
             "print(light, [m for m in ('scipy', 'matplotlib', 'pandas', 'gymnax', 'tqdm', 'optax')"
             " if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

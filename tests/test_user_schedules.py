@@ -8,11 +8,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from bec_jax import algorithms, analysis, cli, envs, sweep
-from bec_jax.results import SweepResult
-from bec_jax.spec import SweepSpec
 from docs_blocks import code
+
+from bec_jax import algorithms, envs
+from bec_jax.cli import commands as cli
+from bec_jax.prediction import sweep
+from bec_jax.prediction.results import SweepResult
+from bec_jax.prediction.spec import SweepSpec
+from bec_jax.theory import expected_updates as analysis
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = 100.0  # the CLI's default t0; eta's exponent defaults to 1 (it is not alpha, beta or zeta)

@@ -1,11 +1,12 @@
-"""Verdicts from the exact analysis plus the curve (bec_jax.verdicts)."""
+"""Verdicts from the exact analysis plus the curve (bec_jax.theory.verdicts)."""
 import math
 
 import numpy as np
 import pytest
 
-from bec_jax import envs, verdicts
-from bec_jax.verdicts import Exact, curve_trend, exact, exact_for, verdict
+from bec_jax import envs
+from bec_jax.theory import verdicts
+from bec_jax.theory.verdicts import Exact, curve_trend, exact, exact_for, verdict
 
 FAST = [-0.05, -0.02, -0.1]
 
@@ -189,7 +190,7 @@ def test_two_state_ctdc_is_unstable(point):
 
 
 def test_exact_for_matches_exact_of_expected_update():
-    from bec_jax import analysis
+    from bec_jax.theory import expected_updates as analysis
     env = envs.make("boyan_chain")
     hp = {"alpha": 0.1}
     G, _ = analysis.expected_update(env, "ctd", {**hp, "beta": 0.1})

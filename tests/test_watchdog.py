@@ -19,8 +19,8 @@ import jax
 import numpy as np
 import pytest
 
-from bec_jax import watchdog
-from bec_jax.cli import main
+from bec_jax.cli.commands import main
+from bec_jax.run import watchdog
 
 BEC_JAX = shutil.which("bec-jax") or "bec-jax"
 
@@ -38,7 +38,7 @@ def python(code: str, *args, timeout: float = 30) -> subprocess.CompletedProcess
 
 SLEEPER = """
 import sys, time
-from bec_jax.watchdog import Watchdog
+from bec_jax.run.watchdog import Watchdog
 
 def sleeping_in_the_main_thread():
     time.sleep(30)
@@ -83,7 +83,7 @@ def test_the_stall_line_does_not_run_into_an_unfinished_progress_line(tmp_path):
 def test_a_busy_process_is_not_stopped(tmp_path):
     code = """
 import sys, time
-from bec_jax.watchdog import Watchdog
+from bec_jax.run.watchdog import Watchdog
 with Watchdog(1.0, sys.argv[1]):
     t = time.process_time()
     while time.process_time() - t < 3:
@@ -100,7 +100,7 @@ def test_heartbeats_keep_an_idle_process_alive(tmp_path):
     # A GPU run's host, or a part waiting for its manifest, idles between chunks.
     code = """
 import sys, time
-from bec_jax import watchdog
+from bec_jax.run import watchdog
 with watchdog.Watchdog(1.0, sys.argv[1]):
     for _ in range(10):
         time.sleep(0.3)
@@ -152,8 +152,8 @@ def test_a_bad_stall_timeout_is_a_usage_error(capsys, tmp_path, monkeypatch):
 
 
 def test_the_runner_beats_on_every_chunk(tmp_path, monkeypatch):
-    from bec_jax import runner
-    from bec_jax.spec import SweepSpec
+    from bec_jax.prediction.spec import SweepSpec
+    from bec_jax.run import runner
     beats = []
     monkeypatch.setattr(watchdog, "beat", lambda: beats.append(1))
     spec = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1, 0.2, 0.3), steps=20, seeds=2, log_every=10)

@@ -19,8 +19,18 @@ import os
 import pkgutil
 import sys
 
-from bec_jax.algorithms.base import (Algorithm, Hyperparameter, StepSize, parameter, resolve as resolve_step,
-                                     shared, sharing, step_size, td_error, vdot)
+from bec_jax.algorithms.base import (
+    Algorithm,
+    Hyperparameter,
+    StepSize,
+    parameter,
+    shared,
+    sharing,
+    step_size,
+    td_error,
+    vdot,
+)
+from bec_jax.algorithms.base import resolve as resolve_step
 
 _REGISTRY: dict[str, Algorithm] = {}
 

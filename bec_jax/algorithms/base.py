@@ -222,7 +222,7 @@ def parameter(name: str, doc: str, *, default=None, low: float = -math.inf, high
 
 class ModelStats(NamedTuple):
     """What a trace's stationary expectation may depend on (float64 NumPy arrays,
-    given by `bec_jax.analysis`; S states, k features).
+    given by `bec_jax.theory.expected_updates`; S states, k features).
 
     Attributes:
       d: (S,) the behaviour's stationary state distribution d_mu.

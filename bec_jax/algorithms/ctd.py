@@ -13,8 +13,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from bec_jax.algorithms.base import (Algorithm, StepSize, check_inputs, resolve, step_size, td_error,
-                                     zero_count)
+from bec_jax.algorithms.base import (
+    Algorithm,
+    StepSize,
+    check_inputs,
+    resolve,
+    step_size,
+    td_error,
+    zero_count,
+)
 from bec_jax.transition import Transition
 
 

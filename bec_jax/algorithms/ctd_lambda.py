@@ -37,8 +37,17 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from bec_jax.algorithms.base import (Algorithm, ModelStats, StepSize, check_inputs, parameter, resolve,
-                                     step_size, td_error, zero_count)
+from bec_jax.algorithms.base import (
+    Algorithm,
+    ModelStats,
+    StepSize,
+    check_inputs,
+    parameter,
+    resolve,
+    step_size,
+    td_error,
+    zero_count,
+)
 from bec_jax.transition import Transition
 
 DEFAULT_LAMBDA = 0.5

@@ -11,7 +11,7 @@ all three updates by rho; that is `ctdc` here (`rho_on_omega=True`).
 theta and u but not on omega, so omega tracks the behaviour's mean TD error: it is
 neither the paper's sub-sampled form nor the authors' code, and off-policy it
 changes the fixpoint and the stability (on the 2-state example its slow ODE is
-stable where `ctdc`'s is not; see `bec_jax.analysis`). The paper's sub-sampled
+stable where `ctdc`'s is not; see `bec_jax.theory.expected_updates`). The paper's sub-sampled
 form (rho-free updates on behaviour transitions kept with probability
 proportional to rho) has exactly `ctdc`'s expected update (checked in
 `bec_jax.experiments.theory.rho_convention`), so `ctdc` is the paper's algorithm
@@ -22,8 +22,16 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from bec_jax.algorithms.base import (Algorithm, StepSize, check_inputs, resolve, step_size, td_error,
-                                     vdot, zero_count)
+from bec_jax.algorithms.base import (
+    Algorithm,
+    StepSize,
+    check_inputs,
+    resolve,
+    step_size,
+    td_error,
+    vdot,
+    zero_count,
+)
 from bec_jax.transition import Transition
 
 

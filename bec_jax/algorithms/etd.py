@@ -32,8 +32,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from bec_jax.algorithms.base import (Algorithm, ModelStats, StepSize, check_inputs, parameter, resolve,
-                                     step_size, td_error, zero_count)
+from bec_jax.algorithms.base import (
+    Algorithm,
+    ModelStats,
+    StepSize,
+    check_inputs,
+    parameter,
+    resolve,
+    step_size,
+    td_error,
+    zero_count,
+)
 from bec_jax.transition import Transition
 
 

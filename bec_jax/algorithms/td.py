@@ -8,8 +8,15 @@ from typing import NamedTuple
 
 import jax
 
-from bec_jax.algorithms.base import (Algorithm, StepSize, check_inputs, resolve, step_size, td_error,
-                                     zero_count)
+from bec_jax.algorithms.base import (
+    Algorithm,
+    StepSize,
+    check_inputs,
+    resolve,
+    step_size,
+    td_error,
+    zero_count,
+)
 from bec_jax.transition import Transition
 
 

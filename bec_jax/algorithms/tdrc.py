@@ -17,8 +17,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from bec_jax.algorithms.base import (Algorithm, StepSize, check_inputs, parameter, resolve, step_size,
-                                     td_error, vdot, zero_count)
+from bec_jax.algorithms.base import (
+    Algorithm,
+    StepSize,
+    check_inputs,
+    parameter,
+    resolve,
+    step_size,
+    td_error,
+    vdot,
+    zero_count,
+)
 from bec_jax.transition import Transition
 
 

@@ -9,7 +9,7 @@ tile coder), `features` (feature maps of observations: tile coding, Fourier,
 RBF), `tasks` (CliffWalking, the authors' Maze, MountainCar, Acrobot, any gymnax
 environment as `gymnax:ENV_ID`, or one's own: pure environments), `loop`
 (epsilon-greedy behaviour, auto reset, episode buffers: one run), `spec` (`ControlSpec`, validated), `sweep` (the
-one-program sweep, chunked and resumable through `bec_jax.runner`), `results`
+one-program sweep, chunked and resumable through `bec_jax.run.runner`), `results`
 (`ControlResult`: curves, best setting, summary, files) and `plotting`.
 `algorithms` imports nothing from `tasks` or `features`.
 """

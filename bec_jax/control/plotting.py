@@ -2,7 +2,7 @@
 return, by episode or by step, with 95% confidence bands over seeds), step-size
 sensitivity, the comparison of several runs' best curves and the table of their
 best settings with Student-t intervals over seeds. Reads `ControlResult`s only;
-figures are made without pyplot (see `bec_jax.plotting`).
+figures are made without pyplot (see `bec_jax.prediction.plotting`).
 
 Every "best setting" here is `ControlResult.best_index(stat)`: the best area
 under the curve of the statistic drawn, among points whose every run finished
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from bec_jax.control.results import values_text
-from bec_jax.plotting import (
+from bec_jax.prediction.plotting import (
     algorithm_label,
     new_figure,
     save_figure,

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from bec_jax.control import algorithms, tasks
-from bec_jax.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
+from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
 KIND = "control"
 ENGINE = "bec_jax.control.sweep"  # the front of this kind (`ControlSpec.engine`)

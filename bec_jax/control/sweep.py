@@ -22,11 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax import memory
 from bec_jax.control import program
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
-from bec_jax.engine import clock, execute, tuning
+from bec_jax.engine import clock, execute, memory, tuning
 from bec_jax.engine.buckets import bucket
 from bec_jax.engine.layout import state_axes
 from bec_jax.engine.plan import Group, split
@@ -131,7 +130,7 @@ def plan_chunk(spec: ControlSpec, chunk_size: int | None = None, n_devices: int 
 
 
 def plan(spec: ControlSpec, chunk: int):
-    """(groups, chunks) as `bec_jax.sweep.plan` gives them, and chunks of at
+    """(groups, chunks) as `bec_jax.prediction.sweep.plan` gives them, and chunks of at
     most `chunk` points: one group of every point, or with task axes that
     cannot be traced (`ControlSpec.task_axes_traced`) one group per
     combination of their values, each its own task and program
@@ -199,7 +198,7 @@ def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memor
         out: str | None = None, outputs=None, on_segment: Callable | None = None,
         alloc: Callable | None = None) -> ControlResult:
     """Runs the control sweep and returns a `ControlResult` (arguments as
-    `bec_jax.sweep.run`: chunk_size, devices, memory_budget, progress,
+    `bec_jax.prediction.sweep.run`: chunk_size, devices, memory_budget, progress,
     compiler_options, on_chunk, done_chunks, memory_plan, out). `outputs`,
     `on_segment` and `alloc` are the interface's and unused: a control chunk
     runs in one call, and its logs are small."""

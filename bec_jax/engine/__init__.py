@@ -11,7 +11,7 @@
     programs    the kernel compiled: whole-run, joint and segment programs, meshes
     execute     running chunks: placement, segments, progress, checkpoints
 
-The prediction front (`bec_jax.sweep`: `run`, `run_many`, `assemble`) and the
+The prediction front (`bec_jax.prediction.sweep`: `run`, `run_many`, `assemble`) and the
 control front (`bec_jax.control.sweep`) sit above it, each an `Engine`; a spec
 names its front (`spec.engine`). Importing this package imports none of its
 modules.

@@ -9,7 +9,6 @@ the persistent one.
 """
 from __future__ import annotations
 
-
 FINE_ABOVE = 64  # past this many points, finer buckets: the padding would cost run time, not compile time
 
 

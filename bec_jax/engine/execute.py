@@ -20,13 +20,12 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bec_jax import memory
-from bec_jax.engine import clock, program_cache, tuning
+from bec_jax.engine import clock, memory, program_cache, tuning
 from bec_jax.engine.plan import Chunk, Group, pad
 from bec_jax.engine.programs import GRID_AXIS, make_segment_programs, segment_mesh
 from bec_jax.engine.seed_stats import combine_seeds
 from bec_jax.engine.tuning import memo_get, memo_key, memo_put
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction.spec import SweepSpec
 
 
 class BlockProgress:

@@ -16,10 +16,10 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax import memory
+from bec_jax.engine import memory
 from bec_jax.engine.buckets import bucket
 from bec_jax.engine.protocol import round_chunk
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction.spec import SweepSpec
 
 ENV_INDEX = "env_index"  # the grid-chunk entry saying which of a group's models a point uses
 
@@ -78,7 +78,7 @@ def plan_chunk(spec: SweepSpec, chunk_size: int | None = None, n_devices: int = 
                memory_budget: int | None = None) -> int:
     """The grid points per compiled call `run` uses: `chunk_size` rounded up to a
     multiple of the device count, or by default all that fit in `memory_budget`
-    (see `bec_jax.memory.plan`)."""
+    (see `bec_jax.engine.memory.plan`)."""
     if chunk_size is None:
         return memory.plan(spec, n_devices, memory_budget=memory_budget).grid
     return round_chunk(chunk_size, n_devices)

@@ -36,9 +36,9 @@ import time
 import jax
 import jaxlib
 
-from bec_jax import metrics
 from bec_jax.engine import clock, tuning
 from bec_jax.mdp import fingerprint
+from bec_jax.theory import metrics
 
 SUBDIR = "bec_jax_programs"
 FORMAT = 2  # in every key: files of an earlier format are never read

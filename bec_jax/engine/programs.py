@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from bec_jax.engine.kernel import Kernel, make_kernel
 from bec_jax.engine.plan import Group
 from bec_jax.engine.tuning import KernelForm
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction.kernel import Kernel, make_kernel
+from bec_jax.prediction.spec import SweepSpec
 
 GRID_AXIS = "grid"  # the mesh axis the grid (or a seed chunk's seeds) is split over
 

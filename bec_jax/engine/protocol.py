@@ -1,7 +1,7 @@
 """The engine interface: what a front (a problem kind) gives the engine and the
 runner, and the pieces every front shares.
 
-A front is a module that plans and runs one kind of spec: `bec_jax.sweep` for a
+A front is a module that plans and runs one kind of spec: `bec_jax.prediction.sweep` for a
 prediction `SweepSpec`, `bec_jax.control.sweep` for a `ControlSpec`. A spec
 names its front (`spec.engine`); the runner, the study runner and the command
 line call the front through this interface and never ask what kind of spec
@@ -21,7 +21,8 @@ from typing import Callable, Protocol
 import jax
 import numpy as np
 
-from bec_jax import memory, provenance
+from bec_jax import provenance
+from bec_jax.engine import memory
 from bec_jax.files import copy_rows
 
 
@@ -74,7 +75,7 @@ class Engine(Protocol):
         """The front's result in grid order from every chunk's outputs."""
 
     def run(self, spec, **kwargs):
-        """Plans, runs and assembles a whole sweep (kwargs as `bec_jax.sweep.run`'s)."""
+        """Plans, runs and assembles a whole sweep (kwargs as `bec_jax.prediction.sweep.run`'s)."""
 
     def fingerprints(self, spec) -> list[str]:
         """What a resume checks beyond the spec (the models' fingerprints; [] if none)."""

@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax import sampling
-from bec_jax.spec import SweepSpec
+from bec_jax.prediction import sampling
+from bec_jax.prediction.spec import SweepSpec
 
 
 def seed_keys(spec: SweepSpec) -> jax.Array:

@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 import jax
 
-from bec_jax import metrics
 from bec_jax.mdp import fingerprint
+from bec_jax.theory import metrics
 
 # Steps per iteration of the inner scan. Unrolling amortises the while loop's
 # per-iteration copies of the carried state (it helps TD in isolation), but lets

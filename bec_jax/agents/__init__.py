@@ -1,0 +1,1 @@
+"""Bellman error centering inside JAX agents: rlax-style functions written for one example."""

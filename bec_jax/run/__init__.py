@@ -1,0 +1,1 @@
+"""Runs: the table of kinds, run directories, the runner, studies, the watchdog and figure workers."""

@@ -1,0 +1,1 @@
+"""Exact quantities from the model matrices: expected updates, fixpoints, mean-square, metrics, verdicts."""
