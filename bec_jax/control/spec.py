@@ -11,7 +11,7 @@ import functools
 import importlib
 import itertools
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -67,6 +67,7 @@ class ControlSpec:
         on the TD error like a learned shift of the reward.
     """
 
+    KIND: ClassVar[str] = KIND  # which kind of run this is (`bec_jax.run.kinds`)
     task: str
     algorithm: str
     hyperparameters: dict

@@ -200,6 +200,8 @@ class SweepSpec:
     hyperparameters in their declared order (the last fastest).
     """
 
+    KIND = "prediction"  # which kind of run this is (`bec_jax.run.kinds`)
+
     def __init__(self, *, env: str = "boyan_chain", algorithm: str = "ctd", hyperparameters: dict | None = None,
                  env_params: dict | None = None, points=None, schedule=None, seeds: int = 50,
                  steps: int = 1000, log_every: int = 10, sampler: str = "markov", metrics=("rmscbe",),
