@@ -124,6 +124,26 @@ def _values_text(values) -> str:
     return shown + (f", ... ({len(values)} values)" if len(values) > 4 else "")
 
 
+def _nonterminal_gamma(gamma, nonterminal: np.ndarray) -> float:
+    """`gamma` checked as the one discount of a file's non-terminal transitions
+    (`nonterminal`: their distinct discounts in the file)."""
+    g = _number(gamma)
+    if g is None:
+        raise ValueError(f"gamma: expected a number in [0, 1] (the discount of the file's non-terminal "
+                         f"transitions), got {gamma!r}")
+    if not 0.0 <= g <= 1.0:
+        raise ValueError(f"gamma: the discount of the file's non-terminal transitions must be in [0, 1], "
+                         f"got {g!r}")
+    if len(nonterminal) == 0:
+        raise ValueError("gamma: the file's discount is 0 on every transition (each one ends an "
+                         "episode), so there is no discount for gamma to set; leave gamma out")
+    if len(nonterminal) > 1:
+        raise ValueError(f"gamma: the file's non-terminal transitions have several discounts "
+                         f"({_values_text(nonterminal)}), so one number cannot replace them; leave gamma "
+                         "out, or give the whole (S, A, S) array from Python")
+    return g
+
+
 def _file_factory(path: str) -> Callable[..., FiniteMDP]:
     fields = _file_fields(path)
     file_gamma = fields["gamma"]
@@ -153,21 +173,7 @@ def _file_factory(path: str) -> Callable[..., FiniteMDP]:
             return gamma
         if array is None:  # the file's gamma is bad: make_mdp names what is wrong
             return file_gamma
-        g = _number(gamma)
-        if g is None:
-            raise ValueError(f"gamma: expected a number in [0, 1] (the discount of the file's non-terminal "
-                             f"transitions), got {gamma!r}")
-        if not 0.0 <= g <= 1.0:
-            raise ValueError(f"gamma: the discount of the file's non-terminal transitions must be in [0, 1], "
-                             f"got {g!r}")
-        if len(nonterminal) == 0:
-            raise ValueError("gamma: the file's discount is 0 on every transition (each one ends an "
-                             "episode), so there is no discount for gamma to set; leave gamma out")
-        if len(nonterminal) > 1:
-            raise ValueError(f"gamma: the file's non-terminal transitions have several discounts "
-                             f"({_values_text(nonterminal)}), so one number cannot replace them; leave gamma "
-                             "out, or give the whole (S, A, S) array from Python")
-        return np.where(array > 0, g, 0.0)
+        return np.where(array > 0, _nonterminal_gamma(gamma, nonterminal), 0.0)
 
     def from_file(gamma=default):
         return mdp_lib.make_mdp(**dict(fields, gamma=discount(gamma)))
