@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 from bec_jax.experiments.ppo import Config, init_params, mlp, ppo_loss, value
 
-from bec_jax.agents import value_learning as centering
+from bec_jax.agents import value_learning
 from bec_jax.agents.targets import centered_truncated_generalized_advantage_estimation
 
 
@@ -50,7 +50,7 @@ def make_train(cfg: Config, beta: float, num_updates: int):
         gae = jax.vmap(lambda *x: centered_truncated_generalized_advantage_estimation(*x, omega.omega),
                        (1, 1, 1, 1), 1)(reward, discount, lam, values)
         # centering: omega once per rollout, towards the mean of every uncentered TD error.
-        omega = centering.omega_update(omega, jnp.ravel(gae.td_errors), 1.0, beta)
+        omega = value_learning.omega_update(omega, jnp.ravel(gae.td_errors), 1.0, beta)
         batch = jax.tree.map(lambda x: x.reshape((N * T,) + x.shape[2:]),
                              (t_obs, action, log_prob, v, gae.advantages, v + gae.advantages))
 
@@ -70,7 +70,7 @@ def make_train(cfg: Config, beta: float, num_updates: int):
         rng, k_init, k_env = jax.random.split(rng, 3)
         params = init_params(k_init, 4, 2, cfg.hidden)
         obs, env_state = jax.vmap(env.reset, (0, None))(jax.random.split(k_env, N), env_params)
-        runner_state = (params, tx.init(params), centering.omega_init(), env_state, obs, jnp.zeros(N), rng)
+        runner_state = (params, tx.init(params), value_learning.omega_init(), env_state, obs, jnp.zeros(N), rng)
         return jax.lax.scan(_update_step, runner_state, None, num_updates)[1]
     return train
 

@@ -64,7 +64,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bec_jax.agents import value_learning as centering
+from bec_jax.agents import value_learning
 from bec_jax.files import atomic_write, csv_text, write_json
 from bec_jax.stats import t_interval
 
@@ -165,7 +165,7 @@ def actor_critic_loss(policy_fn: Callable, value_fn: Callable, params: Params,
     """(loss, (B,) TD errors) of one actor-critic update; the gradient in `params`
     is the update, for any optax optimizer.
 
-    Critic: `centering.batch_centered_td_loss`, whose gradient is minus the mean of
+    Critic: `value_learning.batch_centered_td_loss`, whose gradient is minus the mean of
     (delta - omega) grad v(s) (paper eq. thetawithrho, rho = 1). Actor:
     -mean(stop_gradient(delta - omega) log pi(a|s)) - ent_coef mean(entropy).
     The actor uses the CENTERED error: the centered critic converges to the value
@@ -175,7 +175,7 @@ def actor_critic_loss(policy_fn: Callable, value_fn: Callable, params: Params,
     an amount that depends on omega and not on the action's merit. omega = 0 gives
     the plain one-step actor-critic. `policy_fn(params, x)` returns logits.
     """
-    critic_loss, deltas = centering.batch_centered_td_loss(
+    critic_loss, deltas = value_learning.batch_centered_td_loss(
         value_fn, params.critic, omega, batch.obs, batch.reward, batch.discount, batch.next_obs)
     adv = jax.lax.stop_gradient(deltas - omega)
     logits = jax.vmap(policy_fn, (None, 0))(params.actor, batch.obs)
@@ -192,7 +192,7 @@ class AgentState(NamedTuple):
     params: Params
     actor_opt: Any
     critic_opt: Any
-    omega: centering.OmegaState
+    omega: value_learning.OmegaState
 
 
 def make_update(policy_fn: Callable, value_fn: Callable, actor_opt: optax.GradientTransformation,
@@ -210,7 +210,7 @@ def make_update(policy_fn: Callable, value_fn: Callable, actor_opt: optax.Gradie
         uc, critic_state = critic_opt.update(grads.critic, agent.critic_opt, agent.params.critic)
         params = Params(actor=optax.apply_updates(agent.params.actor, ua),
                         critic=optax.apply_updates(agent.params.critic, uc))
-        om = centering.omega_update(om, deltas, 1.0, beta)
+        om = value_learning.omega_update(om, deltas, 1.0, beta)
         return AgentState(params, actor_state, critic_state, om), deltas
 
     return update
@@ -245,7 +245,7 @@ def make_agent(cfg: Config):
         k_init, k_env, k_run = jax.random.split(key, 3)
         params = init_params(k_init, obs_dim, num_actions, cfg.hidden)
         agent = AgentState(params, actor_opt.init(params.actor), critic_opt.init(params.critic),
-                           centering.omega_init()._replace(omega=jnp.asarray(omega0, jnp.float32)))
+                           value_learning.omega_init()._replace(omega=jnp.asarray(omega0, jnp.float32)))
         obs, env_state = jax.vmap(env.reset, (0, None))(jax.random.split(k_env, N), env_params)
         ep_ret = jnp.zeros((N,), jnp.float32)
 

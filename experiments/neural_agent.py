@@ -9,7 +9,7 @@ by hand) optimised with optax (Adam by default; `--optimizer sgd` for plain SGD)
 Each update uses a batch of transitions, one from each of `batch` parallel Markov
 trajectories of `bec_jax.prediction.sampling`, and the loss
 `bec_jax.agents.value_learning.batch_centered_td_loss`. Centered TD (CTD) updates omega with
-`centering.omega_update`; plain TD is the same program with omega held at 0
+`value_learning.omega_update`; plain TD is the same program with omega held at 0
 (beta = 0), so both see the same initial weights and the same transitions (common
 random numbers). Seeds, methods and a small learning-rate grid are vmapped: the
 whole experiment is one jitted program.
@@ -41,7 +41,7 @@ import numpy as np
 import optax
 
 from bec_jax import envs, mdp
-from bec_jax.agents import value_learning as centering
+from bec_jax.agents import value_learning
 from bec_jax.prediction import sampling
 
 METHODS = ("td", "ctd")
@@ -144,18 +144,18 @@ def make_train(cfg: Config):
         opt = make_opt(lr)
         k_init, k_env, k_run = jax.random.split(key, 3)
         params = init_mlp(k_init, sizes)
-        carry = (params, opt.init(params), centering.omega_init(),
+        carry = (params, opt.init(params), value_learning.omega_init(),
                  jax.vmap(sampler.init)(jax.random.split(k_env, B)))
 
         def step(carry, t):
             params, opt_state, om, samp = carry
             # fold_in(t): one key per step without a split chain in the carry.
             tr, samp = jax.vmap(sampler.step)(jax.random.split(jax.random.fold_in(k_run, t), B), samp)
-            grads, deltas = jax.grad(centering.batch_centered_td_loss, argnums=1, has_aux=True)(
+            grads, deltas = jax.grad(value_learning.batch_centered_td_loss, argnums=1, has_aux=True)(
                 mlp_value, params, om.omega, *tr)
             updates, opt_state = opt.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
-            om = centering.omega_update(om, deltas, tr.rho, beta)  # beta = 0: omega stays 0 (TD)
+            om = value_learning.omega_update(om, deltas, tr.rho, beta)  # beta = 0: omega stays 0 (TD)
             return (params, opt_state, om, samp), None
 
         def block(carry, j):

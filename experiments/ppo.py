@@ -84,7 +84,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bec_jax.agents import value_learning as centering
+from bec_jax.agents import value_learning
 from bec_jax.agents.targets import centered_truncated_generalized_advantage_estimation
 from bec_jax.files import atomic_write, csv_text, write_json
 from bec_jax.run import watchdog
@@ -230,11 +230,11 @@ def advantages(reward, terminated, truncated, values, final_values, omega, *, ga
     return Advantages(out.advantages, out.td_errors, values[:-1] + out.advantages)
 
 
-def rollout_omega_update(state: centering.OmegaState, td_errors: jax.Array, beta) -> centering.OmegaState:
+def rollout_omega_update(state: value_learning.OmegaState, td_errors: jax.Array, beta) -> value_learning.OmegaState:
     """omega's update once per rollout: omega + beta mean(delta - omega) over ALL
     the rollout's uncentered TD errors (every step of every copy; eq. omegawithrho,
     rho = 1)."""
-    return centering.omega_update(state, jnp.ravel(td_errors), 1.0, beta)
+    return value_learning.omega_update(state, jnp.ravel(td_errors), 1.0, beta)
 
 
 # ------------------------------------------------------------------------ PPO
@@ -305,7 +305,7 @@ def make_agent(cfg: Config, task: str, num_updates: int | None = None):
         params = init_params(k_init, obs_dim, num_actions, cfg.hidden)
         opt_state = tx.init(params)
         obs, env_state = jax.vmap(env.reset, (0, None))(jax.random.split(k_env, N), env_params)
-        carry0 = (params, opt_state, centering.omega_init(), obs.astype(jnp.float32), env_state,
+        carry0 = (params, opt_state, value_learning.omega_init(), obs.astype(jnp.float32), env_state,
                   jnp.zeros((N,), jnp.float32), k_run)
 
         def env_step_fn(carry, _):

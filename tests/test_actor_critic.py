@@ -10,7 +10,7 @@ import optax
 import pytest
 from bec_jax.experiments import actor_critic as ac
 
-from bec_jax.agents import value_learning as centering
+from bec_jax.agents import value_learning
 
 pytest.importorskip("gymnax")  # the experiment's only extra dependency
 
@@ -59,7 +59,7 @@ def test_update_equals_hand_step(omega):
     params = ac.Params(actor=jnp.asarray(W, jnp.float32), critic=jnp.asarray(theta, jnp.float32))
     opt_a, opt_c = optax.sgd(a_lr), optax.sgd(c_lr)
     agent = ac.AgentState(params, opt_a.init(params.actor), opt_c.init(params.critic),
-                          centering.omega_init(omega))
+                          value_learning.omega_init(omega))
     new, deltas = jax.jit(update)(agent, b, beta)
     np.testing.assert_allclose(deltas, delta, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(new.params.critic, theta_hand, rtol=1e-6, atol=1e-6)
@@ -72,7 +72,7 @@ def test_update_equals_hand_step(omega):
 def test_loss_matches_plain_actor_critic_and_centering():
     """omega = 0: the gradient equals an independently written one-step
     actor-critic loss (TD critic, advantage delta, entropy bonus); omega != 0: the
-    critic's gradient equals minus `centering.batch_centered_td_direction`."""
+    critic's gradient equals minus `value_learning.batch_centered_td_direction`."""
     key = jax.random.key(3)
     params = ac.init_params(key, 3, 2, (8,))
     b = hand_batch()
@@ -96,9 +96,9 @@ def test_loss_matches_plain_actor_critic_and_centering():
         np.testing.assert_allclose(u, w, rtol=1e-5, atol=1e-6)
 
     g = grad(params, 0.7)
-    d, _ = jax.jit(lambda p: centering.batch_centered_td_direction(
+    d, _ = jax.jit(lambda p: value_learning.batch_centered_td_direction(
         ac.mlp_value, p, 0.7, b.obs, b.reward, b.discount, b.next_obs))(params.critic)
-    for u, w in zip(jax.tree.leaves(g.critic), jax.tree.leaves(centering.to_grads(d))):
+    for u, w in zip(jax.tree.leaves(g.critic), jax.tree.leaves(value_learning.to_grads(d))):
         np.testing.assert_allclose(u, w, rtol=1e-5, atol=1e-6)
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from bec_jax.agents import targets as cv
-from bec_jax.agents import value_learning as centering
+from bec_jax.agents import value_learning
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -236,11 +236,11 @@ def expected_ctd_fixpoint(omega0, use_terminal, beta=0.0, iters=3000, alpha=0.3)
                 a, b, d_, e, om.omega, terminal_t=tm, gamma=GAMMA))(v, r, disc, v_next, terminal)
         else:
             dc = jax.vmap(cv.centered_td_learning, (0, 0, 0, 0, None))(v, r, disc, v_next, om.omega)
-        om = centering.omega_update(om, dc + om.omega, 1.0, beta)
+        om = value_learning.omega_update(om, dc + om.omega, 1.0, beta)
         return v + alpha * dc, om
 
     v, om = jax.jit(lambda: jax.lax.fori_loop(
-        0, iters, body, (jnp.zeros(3), centering.omega_init(omega0))))()
+        0, iters, body, (jnp.zeros(3), value_learning.omega_init(omega0))))()
     return np.asarray(v), float(om.omega)
 
 
@@ -333,9 +333,9 @@ def test_bad_rank_names_the_argument():
 # ---------------------------------------------------- omega_update guard/mask
 
 def test_omega_update_nan_is_skipped():
-    st = centering.OmegaState(omega=jnp.float32(0.3), count=jnp.int32(4))  # no `skipped`
+    st = value_learning.OmegaState(omega=jnp.float32(0.3), count=jnp.int32(4))  # no `skipped`
     assert st.skipped == 0
-    up = jax.jit(centering.omega_update)
+    up = jax.jit(value_learning.omega_update)
     bad = up(st, jnp.array([1.0, jnp.nan, 2.0]), 1.0, 0.5)
     assert float(bad.omega) == pytest.approx(0.3)
     assert int(bad.skipped) == 1 and int(bad.count) == 4
@@ -352,28 +352,28 @@ def test_omega_update_in_scan_with_a_nan_batch():
     deltas = jnp.array([[1.0, 1.0], [jnp.nan, 0.0], [1.0, 1.0]])
 
     def body(s, d):
-        s = centering.omega_update(s, d, 1.0, 0.5)
+        s = value_learning.omega_update(s, d, 1.0, 0.5)
         return s, s.omega
 
-    st, om = jax.lax.scan(body, centering.omega_init(), deltas)
+    st, om = jax.lax.scan(body, value_learning.omega_init(), deltas)
     np.testing.assert_allclose(om, [0.5, 0.5, 0.75], **TOL)
     assert int(st.count) == 2 and int(st.skipped) == 1
 
 
 def test_omega_update_mask():
-    st = centering.omega_init(0.1)
+    st = value_learning.omega_init(0.1)
     delta = jnp.array([1.0, 100.0, jnp.nan, 3.0])
     rho = jnp.array([1.0, 2.0, 3.0, 0.5])
     mask = jnp.array([True, False, False, True])
-    got = centering.omega_update(st, delta, rho, 0.5, mask=mask)
-    want = centering.omega_update(st, delta[mask], rho[mask], 0.5)
+    got = value_learning.omega_update(st, delta, rho, 0.5, mask=mask)
+    want = value_learning.omega_update(st, delta[mask], rho[mask], 0.5)
     assert float(got.omega) == pytest.approx(float(want.omega))
     # = 0.1 + 0.5 * mean(1*(1-.1), .5*(3-.1))
     assert float(got.omega) == pytest.approx(0.1 + 0.5 * (0.9 + 1.45) / 2)
     assert int(got.skipped) == 0 and int(got.count) == 1
     # an all-false mask is a no-op
-    none = centering.omega_update(st, delta, rho, 0.5, mask=jnp.zeros(4, bool))
+    none = value_learning.omega_update(st, delta, rho, 0.5, mask=jnp.zeros(4, bool))
     assert float(none.omega) == pytest.approx(0.1)
     assert int(none.count) == 0 and int(none.skipped) == 0
     # a NaN inside the mask is skipped
-    assert int(centering.omega_update(st, delta, rho, 0.5, mask=~mask).skipped) == 1
+    assert int(value_learning.omega_update(st, delta, rho, 0.5, mask=~mask).skipped) == 1

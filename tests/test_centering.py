@@ -8,7 +8,7 @@ import pytest
 from bec_jax.experiments import neural_agent
 
 from bec_jax import algorithms, envs
-from bec_jax.agents import value_learning as centering
+from bec_jax.agents import value_learning
 from bec_jax.algorithms import ctd, ctd_lambda, ctdc, td, tdc
 from bec_jax.prediction import sampling
 from bec_jax.transition import Transition
@@ -57,37 +57,37 @@ def linear_runs(trs, theta0):
 
     def general_ctd(c, tr):
         theta, om = c
-        d, delta = centering.centered_td_direction(linear_v, theta, om.omega, *tr)
-        return theta + ALPHA * d, centering.omega_update(om, delta, tr.rho, BETA)
+        d, delta = value_learning.centered_td_direction(linear_v, theta, om.omega, *tr)
+        return theta + ALPHA * d, value_learning.omega_update(om, delta, tr.rho, BETA)
 
     opt = optax.sgd(ALPHA)
 
     def general_ctd_optax(c, tr):
         theta, opt_state, om = c
-        g, delta = jax.grad(centering.centered_td_loss, argnums=1, has_aux=True)(
+        g, delta = jax.grad(value_learning.centered_td_loss, argnums=1, has_aux=True)(
             linear_v, theta, om.omega, *tr)
         up, opt_state = opt.update(g, opt_state, theta)
-        return optax.apply_updates(theta, up), opt_state, centering.omega_update(om, delta, tr.rho, BETA)
+        return optax.apply_updates(theta, up), opt_state, value_learning.omega_update(om, delta, tr.rho, BETA)
 
     def general_ctdc(c, tr, centered=True):
         theta, h, om = c
-        d = centering.centered_tdc_direction(linear_v, theta, h, om.omega, *tr)
-        om = centering.omega_update(om, d.delta, tr.rho, BETA if centered else 0.0)
+        d = value_learning.centered_tdc_direction(linear_v, theta, h, om.omega, *tr)
+        om = value_learning.omega_update(om, d.delta, tr.rho, BETA if centered else 0.0)
         return theta + ALPHA * d.params, h + ZETA * d.h, om
 
     def general_td(theta, tr):
-        d, _ = centering.centered_td_direction(linear_v, theta, 0.0, *tr)
+        d, _ = value_learning.centered_td_direction(linear_v, theta, 0.0, *tr)
         return theta + ALPHA * d
 
     def general_td_optax(c, tr):
         theta, opt_state = c
-        g, _ = jax.grad(centering.centered_td_loss, argnums=1, has_aux=True)(linear_v, theta, 0.0, *tr)
+        g, _ = jax.grad(value_learning.centered_td_loss, argnums=1, has_aux=True)(linear_v, theta, 0.0, *tr)
         up, opt_state = opt.update(g, opt_state, theta)
         return optax.apply_updates(theta, up), opt_state
 
     @jax.jit
     def run(trs, theta0):
-        om0 = centering.omega_init(0.3)
+        om0 = value_learning.omega_init(0.3)
         h0 = jnp.zeros_like(theta0)
         return {
             "ctd": (scan(lambda s, tr: ctd.update(s, tr, ALPHA, BETA), ctd.init(theta0, 0.3), trs),
@@ -100,7 +100,7 @@ def linear_runs(trs, theta0):
                    scan(general_td_optax, (theta0, opt.init(theta0)), trs)),
             "tdc": (scan(lambda s, tr: tdc.update(s, tr, ALPHA, ZETA), tdc.init(theta0), trs),
                     scan(lambda c, tr: general_ctdc(c, tr, centered=False),
-                         (theta0, h0, centering.omega_init(0.0)), trs)),
+                         (theta0, h0, value_learning.omega_init(0.0)), trs)),
         }
 
     return run(trs, theta0)
@@ -149,15 +149,15 @@ def lambda_runs(trs, theta0):
     def general(lam):
         def step(c, tr):
             theta, e, om = c
-            d, e, delta = centering.centered_td_lambda_direction(linear_v, theta, e, om.omega, *tr,
+            d, e, delta = value_learning.centered_td_lambda_direction(linear_v, theta, e, om.omega, *tr,
                                                                  lam=lam)
-            return theta + ALPHA * d, e, centering.omega_update(om, delta, tr.rho, BETA)
+            return theta + ALPHA * d, e, value_learning.omega_update(om, delta, tr.rho, BETA)
         return step
 
     @jax.jit
     def run(trs, theta0):
-        om0 = centering.omega_init(0.3)
-        e0 = centering.trace_init(theta0)
+        om0 = value_learning.omega_init(0.3)
+        e0 = value_learning.trace_init(theta0)
         lin = lambda lam: scan(lambda s, tr: ctd_lambda.update(s, tr, ALPHA, BETA, lam),
                                ctd_lambda.init(theta0, 0.3), trs)
         return {
@@ -251,16 +251,16 @@ def mlp():
 def test_loss_gradient_is_minus_direction(mlp):
     params, trs = mlp
     tr = jax.tree.map(lambda a: a[0], trs)
-    g, delta = jax.jit(jax.grad(centering.centered_td_loss, argnums=1, has_aux=True),
+    g, delta = jax.jit(jax.grad(value_learning.centered_td_loss, argnums=1, has_aux=True),
                        static_argnums=0)(mlp_v, params, 0.4, *tr)
-    d, delta2 = jax.jit(centering.centered_td_direction, static_argnums=0)(mlp_v, params, 0.4, *tr)
+    d, delta2 = jax.jit(value_learning.centered_td_direction, static_argnums=0)(mlp_v, params, 0.4, *tr)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, -b, rtol=1e-5, atol=1e-6), g, d)
     np.testing.assert_allclose(delta, delta2, rtol=1e-6)
-    np.testing.assert_allclose(delta, centering.td_error(mlp_v, params, tr.phi, tr.reward, tr.discount,
+    np.testing.assert_allclose(delta, value_learning.td_error(mlp_v, params, tr.phi, tr.reward, tr.discount,
                                                          tr.phi_next), rtol=1e-6)
     # to_grads + optax.sgd moves along the direction.
     opt = optax.sgd(0.1)
-    up, _ = opt.update(centering.to_grads(d), opt.init(params), params)
+    up, _ = opt.update(value_learning.to_grads(d), opt.init(params), params)
     jax.tree.map(lambda u, a: np.testing.assert_allclose(u, 0.1 * a, rtol=1e-6), up, d)
 
 
@@ -272,22 +272,22 @@ def test_batches_are_vmap_means(mlp):
     close = lambda a, b: jax.tree.map(
         lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6), a, b)
 
-    loss, deltas = centering.batch_centered_td_loss(mlp_v, params, 0.4, *trs)
-    l1, d1 = one(centering.centered_td_loss, 0.4)
+    loss, deltas = value_learning.batch_centered_td_loss(mlp_v, params, 0.4, *trs)
+    l1, d1 = one(value_learning.centered_td_loss, 0.4)
     np.testing.assert_allclose(loss, l1.mean(), rtol=1e-6)
     close(deltas, d1)
-    d, _ = centering.batch_centered_td_direction(mlp_v, params, 0.4, *trs)
-    close(d, mean(one(centering.centered_td_direction, 0.4)[0]))
-    tdc_b = centering.batch_centered_tdc_direction(mlp_v, params, h, 0.4, *trs)
-    tdc_1 = one(centering.centered_tdc_direction, h, 0.4)
+    d, _ = value_learning.batch_centered_td_direction(mlp_v, params, 0.4, *trs)
+    close(d, mean(one(value_learning.centered_td_direction, 0.4)[0]))
+    tdc_b = value_learning.batch_centered_tdc_direction(mlp_v, params, h, 0.4, *trs)
+    tdc_1 = one(value_learning.centered_tdc_direction, h, 0.4)
     close((tdc_b.params, tdc_b.h, tdc_b.delta), (mean(tdc_1.params), mean(tdc_1.h), tdc_1.delta))
     traces = jax.tree.map(lambda a: jnp.ones((16,) + a.shape, a.dtype), params)
-    lb, tb, db = centering.batch_centered_td_lambda_direction(mlp_v, params, traces, 0.4, *trs, lam=0.5)
-    l1, t1, _ = jax.vmap(lambda e, *t: centering.centered_td_lambda_direction(
+    lb, tb, db = value_learning.batch_centered_td_lambda_direction(mlp_v, params, traces, 0.4, *trs, lam=0.5)
+    l1, t1, _ = jax.vmap(lambda e, *t: value_learning.centered_td_lambda_direction(
         mlp_v, params, e, 0.4, *t, lam=0.5))(traces, *trs)
     close((lb, tb), (mean(l1), t1))
     # omega_update on a batch: the mean of the per-example increments.
-    om = centering.omega_update(centering.omega_init(0.1), deltas, trs.rho, 0.5)
+    om = value_learning.omega_update(value_learning.omega_init(0.1), deltas, trs.rho, 0.5)
     np.testing.assert_allclose(om.omega, 0.1 + 0.5 * jnp.mean(trs.rho * (deltas - 0.1)), rtol=1e-6)
 
 
@@ -295,7 +295,7 @@ def test_nonlinear_tdc_definition(mlp):
     params, trs = mlp
     tr = jax.tree.map(lambda a: a[0], trs)
     h = jax.tree.map(lambda a: 0.1 * jnp.ones_like(a), params)
-    d = centering.centered_tdc_direction(mlp_v, params, h, 0.4, *tr)
+    d = value_learning.centered_tdc_direction(mlp_v, params, h, 0.4, *tr)
     flat = lambda t: jnp.concatenate([jnp.ravel(a) for a in jax.tree.leaves(t)])
     g = flat(jax.grad(mlp_v)(params, tr.phi))
     gn = flat(jax.grad(mlp_v)(params, tr.phi_next))
@@ -313,7 +313,7 @@ def test_grad_through_update(mlp):
     tr = jax.tree.map(lambda a: a[0], trs)
 
     def after(alpha, omega):
-        d, _ = centering.centered_td_direction(mlp_v, params, omega, *tr)
+        d, _ = value_learning.centered_td_direction(mlp_v, params, omega, *tr)
         new = jax.tree.map(lambda p, u: p + alpha * u, params, d)
         return mlp_v(new, tr.phi)
 
@@ -330,7 +330,7 @@ def test_vmap_over_seeds_linear(trs, theta0):
     thetas = theta0[None] + jnp.arange(3.0)[:, None]
     tr = jax.tree.map(lambda a: a[0], trs)
     s = jax.vmap(lambda th: ctd_lambda.update(ctd_lambda.init(th), tr, ALPHA, BETA, 0.5))(thetas)
-    d, _ = jax.vmap(lambda th: centering.centered_td_direction(linear_v, th, 0.0, *tr))(thetas)
+    d, _ = jax.vmap(lambda th: value_learning.centered_td_direction(linear_v, th, 0.0, *tr))(thetas)
     assert s.theta.shape == (3, K) and d.shape == (3, K)
     np.testing.assert_allclose(s.theta[1], ctd_lambda.update(ctd_lambda.init(thetas[1]), tr, ALPHA, BETA,
                                                              0.5).theta, rtol=1e-6)
@@ -339,12 +339,12 @@ def test_vmap_over_seeds_linear(trs, theta0):
 def test_shape_checks():
     tr = jax.tree.map(lambda a: a[:2], random_transitions(jax.random.key(9), n=2))
     with pytest.raises(AssertionError):  # a batch passed to a one-example function
-        centering.centered_td_loss(lambda p, x: x @ p, jnp.ones(K), 0.0, *tr)
+        value_learning.centered_td_loss(lambda p, x: x @ p, jnp.ones(K), 0.0, *tr)
     with pytest.raises(AssertionError):  # a vector omega
-        centering.centered_td_direction(linear_v, jnp.ones(K), jnp.zeros(2),
+        value_learning.centered_td_direction(linear_v, jnp.ones(K), jnp.zeros(2),
                                         *jax.tree.map(lambda a: a[0], tr))
     with pytest.raises(AssertionError):
-        centering.omega_update(centering.omega_init(), jnp.zeros(2, jnp.int32), 1.0, 0.1)
+        value_learning.omega_update(value_learning.omega_init(), jnp.zeros(2, jnp.int32), 1.0, 0.1)
 
 
 # ------------------------------------------------------ rho = 1 off-policy = on-policy
@@ -373,13 +373,13 @@ def test_rho_one_offpolicy_equals_onpolicy():
 
     def general_on(c, tr):  # rho omitted: defaults to the on-policy equations
         theta, e, om = c
-        d, e, delta = centering.centered_td_lambda_direction(
+        d, e, delta = value_learning.centered_td_lambda_direction(
             linear_v, theta, e, om.omega, tr.phi, tr.reward, tr.discount, tr.phi_next, lam=lam)
-        return theta + ALPHA * d, e, centering.omega_update(om, delta, 1.0, BETA)
+        return theta + ALPHA * d, e, value_learning.omega_update(om, delta, 1.0, BETA)
 
     on = scan(on_policy, (theta0, jnp.zeros_like(theta0), jnp.float32(0.0)), trs)
     off = scan(lambda s, tr: ctd_lambda.update(s, tr, ALPHA, BETA, lam), ctd_lambda.init(theta0), trs)
-    gen_on = scan(general_on, (theta0, centering.trace_init(theta0), centering.omega_init()), trs)
+    gen_on = scan(general_on, (theta0, value_learning.trace_init(theta0), value_learning.omega_init()), trs)
     np.testing.assert_allclose(off.theta, on[0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(off.omega, on[2], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(gen_on[0], on[0], rtol=1e-5, atol=1e-6)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from bec_jax.experiments import ppo
 
-from bec_jax.agents import value_learning as centering
+from bec_jax.agents import value_learning
 
 pytest.importorskip("gymnax")
 rlax = pytest.importorskip("rlax")
@@ -78,7 +78,7 @@ def test_termination_option_bootstraps_absorbing_value():
 def test_omega_updates_once_per_rollout_on_the_mean():
     """omega + beta mean(delta - omega) over every step of every copy (T, N)."""
     td = jnp.asarray(np.random.default_rng(3).normal(1.0, 2.0, size=(7, 3)), jnp.float32)
-    state = centering.omega_init()._replace(omega=jnp.float32(0.4))
+    state = value_learning.omega_init()._replace(omega=jnp.float32(0.4))
     new = ppo.rollout_omega_update(state, td, 0.1)
     np.testing.assert_allclose(new.omega, 0.4 + 0.1 * (np.mean(np.asarray(td)) - 0.4), rtol=1e-6)
     assert int(new.count) == 1
