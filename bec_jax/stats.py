@@ -1,6 +1,10 @@
 """Statistics over seeds: Student-t quantiles and confidence intervals of a
 mean, and Welch's interval of a difference of means.
 
+Every interval the library reports on the host goes through here. The
+statistics inside the programs (mean, std, sem over the seeds, bit for bit the
+same on the host) are `engine.seed_stats`'s.
+
 scipy is imported where a quantile is first needed, not with this module:
 `scipy.special` takes a fifth of a second to import and `scipy.stats` a third,
 which every command that never summarises a result would pay.
@@ -33,6 +37,44 @@ def _t_quantile_of(df: float, level: float) -> float:
     return float(special.stdtrit(df, 0.5 + level / 2))
 
 
+def t_half_width(std, n, level: float = 0.95):
+    """The half-width of the Student-t interval of a mean, elementwise over
+    arrays: `std` the sample standard deviation (ddof=1), `n` the sample
+    sizes; NaN where n < 2.
+
+    The one formula of every interval this library reports from raw values
+    (`t_interval`, the control curves); its operations and their order,
+    quantile * std / sqrt(n), are part of the saved results' bits."""
+    n = np.asarray(n)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half = t_quantile(n - 1, level) * std / np.sqrt(n)
+    return np.where(n >= 2, half, np.nan)
+
+
+def t_half_width_of(values, axis: int = 0, level: float = 0.95):
+    """`t_half_width` of the samples along `axis` of `values` (NaN, without
+    numpy's warnings, for fewer than two)."""
+    v = np.asarray(values, float)
+    n = v.shape[axis]
+    if n < 2:
+        return np.full(np.delete(v.shape, axis), np.nan)
+    return t_half_width(v.std(axis, ddof=1), n, level)
+
+
+def t_half_width_from_se(se, n, level: float = 0.95):
+    """The half-width of the Student-t interval of a mean from its standard
+    error `se` (std ddof=1 over sqrt(n), as the programs log it) and the
+    sample sizes `n`, elementwise; NaN where n < 2.
+
+    quantile * se: a different rounding from `t_half_width`'s
+    quantile * std / sqrt(n), so the two are separate functions rather than
+    one calling the other."""
+    n = np.asarray(n)
+    with np.errstate(invalid="ignore"):
+        half = t_quantile(n - 1, level) * se
+    return np.where(n >= 2, half, np.nan)
+
+
 def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): the Student-t confidence interval of the mean of
     `values` (a 1-D sample); NaN bounds for fewer than two values."""
@@ -43,7 +85,7 @@ def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
     mean = float(v.mean())
     if n < 2:
         return mean, np.nan, np.nan
-    half = float(t_quantile(n - 1, level) * v.std(ddof=1) / np.sqrt(n))
+    half = float(t_half_width_of(v, 0, level))
     return mean, mean - half, mean + half
 
 

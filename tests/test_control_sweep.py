@@ -15,8 +15,7 @@ from xla_env import xla_flags
 from bec_jax.control import algorithms, loop, sweep, tasks
 from bec_jax.control.results import ControlResult, is_control_dir
 from bec_jax.control.spec import ControlSpec
-from bec_jax.control.transition import q_values
-from bec_jax.run import runner
+from bec_jax.run import rundir, runner
 from benchmarks import control_numpy
 
 CLIFF = tasks.make("cliff_walking")
@@ -192,9 +191,9 @@ def test_run_to_dir_resume_and_parts(tmp_path, cliff_sweep):
     assert len(summary) == 4 and summary[0]["algorithm"] == "cq"
     # A resume with a different spec names the field.
     out2 = str(tmp_path / "p2")
-    runner.ChunkStore(out2).start(spec, 2, 1, "cpu")
+    rundir.ChunkStore(out2).start(spec, 2, 1, "cpu")
     assert runner.resume_spec(out2) == spec
-    with pytest.raises(runner.RunError, match="episodes"):
+    with pytest.raises(rundir.RunError, match="episodes"):
         runner.run_to_dir(spec.replace(episodes=81), out2, resume=True)
 
 

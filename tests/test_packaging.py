@@ -79,9 +79,8 @@ def test_every_refused_old_name_is_in_the_changelog():
 
 def _synthetic_wheel(path, version: str, drop: str = "", entry: str = "bec-jax = bec_jax.__main__:main") -> str:
     """A wheel-shaped zip of the checkout's modules and data, without the files under `drop`."""
-    import sys
     import zipfile
-    sys.path.insert(0, REPO)
+
     from benchmarks.package_check import source_modules
     names = sorted(source_modules()) + ["bec_jax/py.typed"] + [
         "bec_jax/experiments/studies/" + os.path.basename(p)
@@ -100,8 +99,6 @@ def test_the_wheel_check_finds_a_missing_package_entry_point_or_version(tmp_path
     """benchmarks/package_check.py's wheel check, on wheel-shaped archives: a
     complete one passes; one without the engine (as the wheel once was), without
     the entry point or with another version fails naming what is wrong."""
-    import sys
-    sys.path.insert(0, REPO)
     from benchmarks.package_check import CheckFailed, check_wheel
     v = bec_jax.__version__
     assert check_wheel(_synthetic_wheel(tmp_path / "ok.whl", v), v)["modules"] > 60
