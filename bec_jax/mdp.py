@@ -216,12 +216,6 @@ def discounts(mdp: FiniteMDP) -> np.ndarray:
     return np.broadcast_to(np.asarray(mdp.gamma, np.float64), (S, A, S))
 
 
-def is_constant_discount(mdp: FiniteMDP) -> bool:
-    """True when gamma is one number for every transition."""
-    g = np.asarray(mdp.gamma)
-    return g.ndim == 0 or bool(np.all(g == g.flat[0]))
-
-
 def discounted_matrix(mdp: FiniteMDP, policy: np.ndarray) -> np.ndarray:
     """(S, S) matrix sum_a policy(a|s) P(s'|s,a) gamma(s,a,s'): the expected
     discounted successor, so that the Bellman operator is T v = r + P_gamma v

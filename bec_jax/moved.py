@@ -5,8 +5,9 @@ minor release.
 `from bec_jax.sweep import run` and `from bec_jax import sweep` keep working:
 the old name is bound to the new module itself (the same object, so a patch
 through either name is seen by both), with one `DeprecationWarning` per old
-path naming the new one. `bec_jax.analysis` also re-exported the fixpoints
-and the metrics; its old path still finds those names where they live now.
+path naming the new one. `bec_jax.analysis` also re-exported the fixpoints,
+the metrics and `mean_square`; its old path still finds those names where they
+live now.
 """
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ MOVED = {
 }
 
 # The old `bec_jax.analysis` namespace: its own names, then those it star-imported.
-ANALYSIS_PARTS = ("bec_jax.theory.expected_updates", "bec_jax.theory.fixpoints", "bec_jax.theory.metrics")
+ANALYSIS_PARTS = ("bec_jax.theory.expected_updates", "bec_jax.theory.fixpoints", "bec_jax.theory.metrics",
+                  "bec_jax.theory.mean_square")
 
 # The old `bec_jax.cli` module is now the package `bec_jax.cli`; its functions
 # live in `bec_jax.cli.commands`.

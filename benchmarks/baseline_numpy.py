@@ -13,7 +13,7 @@ It is written to be fast, not to be a strawman:
   * float64 NumPy (NumPy's default, what reference code uses; float32 is no faster
     for 4-vectors, the cost is per call, not per element);
   * RMSCBE every `log_every` steps from the same closed form as bec_jax,
-    ||R theta + h|| with (R, h) = `bec_jax.theory.expected_updates.metric(env, "rmscbe")`.
+    ||R theta + h|| with (R, h) = `bec_jax.theory.metrics.metric(env, "rmscbe")`.
 Of the NumPy variants tried (expressions with temporaries; in-place ufuncs with
 preallocated outputs; NumPy scalars vs Python floats) this is the fastest, by
 about 15% over the plain-expression version.
@@ -79,10 +79,10 @@ def _cdf(p: np.ndarray) -> np.ndarray:
 def make_problem(env_name: str = "boyan_chain", dtype=np.float64):
     """(tables, R, h) for an environment: sampler tables and the RMSCBE metric."""
     from bec_jax import envs
-    from bec_jax.theory import expected_updates as analysis
+    from bec_jax.theory import metrics
 
     env = envs.make(env_name)
-    met = analysis.metric(env, "rmscbe")
+    met = metrics.metric(env, "rmscbe")
     return Tables(env, dtype), np.asarray(met.R, dtype), np.asarray(met.h, dtype)
 
 
@@ -192,14 +192,14 @@ def check_against_bec_jax(steps: int = 200, log_every: int = 10, points=((0.3, 0
     from bec_jax import envs
     from bec_jax.algorithms import ctdc
     from bec_jax.prediction import sampling
-    from bec_jax.theory import expected_updates as analysis
+    from bec_jax.theory import metrics
 
     env = envs.make("boyan_chain")
     tables, R, h = make_problem("boyan_chain")
     jtab = sampling.build_tables(env, jnp.float32)
     # float32-representable uniforms, so both sides see exactly the same numbers.
     u = np.random.default_rng(seed).random(steps + 1).astype(np.float32).astype(np.float64)
-    met = analysis.metric(env, "rmscbe").astype(jnp.float32)
+    met = metrics.metric(env, "rmscbe").astype(jnp.float32)
 
     @jax.jit
     def jax_run(u, a, b, z):
@@ -209,11 +209,11 @@ def check_against_bec_jax(steps: int = 200, log_every: int = 10, points=((0.3, 0
             state, s = carry
             tr, s = sampling.markov_step_from_uniforms(jtab, ut[None], s)
             state = ctdc.update(state, tr, a, b, z)
-            return (state, s), (analysis.evaluate(met, state.theta), s)
+            return (state, s), (metrics.evaluate(met, state.theta), s)
 
         state0 = ctdc.init(jnp.asarray(env.theta0, jnp.float32))
         (state, _), (vals, visited) = jax.lax.scan(step, (state0, s0), u[1:])
-        return state, jnp.concatenate([analysis.evaluate(met, state0.theta)[None], vals]), visited
+        return state, jnp.concatenate([metrics.evaluate(met, state0.theta)[None], vals]), visited
 
     worst = {"theta": 0.0, "u": 0.0, "omega": 0.0, "rmscbe": 0.0}
     for a, b, z in points:

@@ -16,6 +16,7 @@ from bec_jax.mdp import make_mdp
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import fixpoints, metrics
 
 
 def ring(n=6, gamma=0.9, offset=5.0):
@@ -64,8 +65,8 @@ def main(seeds=20, steps=2000):
     G, _ = analysis.expected_update(env, SCALED_CTD, {"alpha": 1.0, "beta": 1.0, "c": 30.0})
     print(f"scaled_ctd at c=30: its ODE matrix's eigenvalues have real parts <= "
           f"{np.linalg.eigvals(G).real.max():.3f} (a stable ODE; large steps diverge all the same)")
-    theta = analysis.centered_td_fixpoint(env)
-    print(f"RMSCBE at the centered TD fixpoint: {analysis.rmscbe(env, theta):.4f}")
+    theta = fixpoints.centered_td_fixpoint(env)
+    print(f"RMSCBE at the centered TD fixpoint: {metrics.rmscbe(env, theta):.4f}")
     return out
 
 

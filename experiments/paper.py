@@ -31,7 +31,7 @@ from bec_jax.prediction.plotting import save_figure
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.theory import expected_updates as analysis
-from bec_jax.theory import mean_square, verdicts
+from bec_jax.theory import fixpoints, mean_square, verdicts
 
 ALGORITHMS = ("td", "tdc", "ctd", "ctdc")
 SEEDS = 50
@@ -475,7 +475,7 @@ def table_markdown(rows) -> str:
 def lemma_check() -> dict:
     """The paper's Lemma (Section 6): for a general 2-state chain the off-policy CTD
     matrix is (1-a)b/(1-a+b)^2 (1 - x gamma + y gamma)(m-n)^2. Compares
-    `analysis.centered_td_matrices` with it over a grid and records its sign."""
+    `fixpoints.centered_td_matrices` with it over a grid and records its sign."""
     vals = np.linspace(0.1, 0.9, 5)
     xs = np.linspace(0.0, 1.0, 3)
     feats = [(1.0, 2.0), (2.0, 1.0), (-1.0, 3.0), (0.5, -0.5)]
@@ -483,7 +483,7 @@ def lemma_check() -> dict:
     worst, count, min_val, min_closed = 0.0, 0, np.inf, np.inf
     for a, b, x, y, (m, n) in itertools.product(vals, vals, xs, xs, feats):
         env = envs.two_state(a=a, b=b, x=x, y=y, m=m, n=n, gamma=gamma)
-        A = float(analysis.centered_td_matrices(env)[0][0, 0])
+        A = float(fixpoints.centered_td_matrices(env)[0][0, 0])
         closed = (1 - a) * b / (1 - a + b) ** 2 * (1 - x * gamma + y * gamma) * (m - n) ** 2
         worst = max(worst, abs(A - closed) / max(1.0, abs(closed)))
         min_val = min(min_val, A)
@@ -766,7 +766,7 @@ def report_markdown(results, rows, lemma, timing, quick, long_run=None, theory=N
                         if x["src_equals_td"] else "."))
         s.append("")
     s.append("\n## The 2-state lemma\n")
-    s.append(f"`analysis.centered_td_matrices` against the closed form (1-a)b/(1-a+b)^2 (1 - x gamma + y gamma)"
+    s.append(f"`fixpoints.centered_td_matrices` against the closed form (1-a)b/(1-a+b)^2 (1 - x gamma + y gamma)"
              f"(m-n)^2 on {lemma['cases']} chains ({lemma['grid']}): largest relative difference "
              f"{lemma['max_rel_error']:.2e}; smallest value {lemma['min_A']:.4g} (closed form "
              f"{lemma['min_closed_form']:.4g}), so A is positive throughout the interior. At the boundary "

@@ -38,7 +38,7 @@ from bec_jax import mdp as mdp_lib
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.theory import expected_updates as analysis
-from bec_jax.theory import mean_square, verdicts
+from bec_jax.theory import fixpoints, mean_square, verdicts
 
 ENVIRONMENTS = ("two_state", "boyan_chain", "baird")
 RANK_TOL = 1e-10        # relative (to the largest singular value) rank tolerance
@@ -82,8 +82,8 @@ def _slow(env_name: str, alg: str) -> np.ndarray:
 def _matrices(env_name: str) -> tuple:
     """(A, A_c, C) of the model (read-only)."""
     env = _env(env_name)
-    return (_frozen(analysis.td_matrices(env)[0]), _frozen(analysis.centered_td_matrices(env)[0]),
-            _frozen(analysis.feature_covariance(env)))
+    return (_frozen(fixpoints.td_matrices(env)[0]), _frozen(fixpoints.centered_td_matrices(env)[0]),
+            _frozen(fixpoints.feature_covariance(env)))
 
 
 def _step_vector(env_name: str, alg: str, steps: dict) -> np.ndarray:
@@ -96,8 +96,8 @@ def _step_vector(env_name: str, alg: str, steps: dict) -> np.ndarray:
 
 
 def _rank(M: np.ndarray) -> int:
-    """Numerical rank, as `analysis.fixpoint_set` counts it."""
-    return analysis.fixpoint_set(M, np.zeros(M.shape[0])).rank
+    """Numerical rank, as `fixpoints.fixpoint_set` counts it."""
+    return fixpoints.fixpoint_set(M, np.zeros(M.shape[0])).rank
 
 
 def _pinv(C: np.ndarray) -> np.ndarray:

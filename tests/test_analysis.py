@@ -9,6 +9,7 @@ from hand_derived import episodic_env, hand_expected_update
 from bec_jax import algorithms, envs
 from bec_jax import mdp as mdp_lib
 from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import fixpoints, metrics
 
 ENV_NAMES = ("boyan_chain", "two_state", "baird")
 ALG_NAMES = ("td", "tdc", "ctd", "ctdc", "ctdc_omega_no_rho", "src", "vrc")
@@ -52,7 +53,7 @@ LEMMA_CASES = [
 @pytest.mark.parametrize("a,b,x,y,m,n,gamma", LEMMA_CASES)
 def test_lemma_two_state_centered_td_matrix(a, b, x, y, m, n, gamma):
     env = envs.two_state(a=a, b=b, x=x, y=y, m=m, n=n, gamma=gamma)
-    A_c, b_c = analysis.centered_td_matrices(env)
+    A_c, b_c = fixpoints.centered_td_matrices(env)
     closed = (1 - a) * b / (1 - a + b) ** 2 * (1 - x * gamma + y * gamma) * (m - n) ** 2
     assert A_c.shape == (1, 1)
     assert A_c[0, 0] == pytest.approx(closed, rel=1e-12)
@@ -72,12 +73,12 @@ def test_lemma_on_random_instances():
         gamma = rng.uniform(0, 0.99)
         env = envs.two_state(a=a, b=b, x=x, y=y, m=m, n=n, gamma=gamma)
         closed = (1 - a) * b / (1 - a + b) ** 2 * (1 - x * gamma + y * gamma) * (m - n) ** 2
-        assert analysis.centered_td_matrices(env)[0][0, 0] == pytest.approx(closed, rel=1e-10)
+        assert fixpoints.centered_td_matrices(env)[0][0, 0] == pytest.approx(closed, rel=1e-10)
 
 
 def test_two_state_td_matrix_by_hand(all_envs):
     # A = Phi^T D (I - gamma P_pi) Phi = 1/2 [1*(1 - .9*2) + 2*(2 - .9*2)] = -0.2 < 0.
-    A, b = analysis.td_matrices(all_envs["two_state"])
+    A, b = fixpoints.td_matrices(all_envs["two_state"])
     assert A[0, 0] == pytest.approx(-0.2, rel=1e-12)
     assert b[0] == 0.0
 
@@ -177,7 +178,7 @@ def test_user_algorithm_gets_its_ode_matrix(all_envs):
                      equations="eq. (7) [td(0)theta], scaled")
     env = all_envs["two_state"]
     G, g = analysis.expected_update(env, mine)
-    np.testing.assert_allclose(G, -2.0 * analysis.td_matrices(env)[0], rtol=1e-12)
+    np.testing.assert_allclose(G, -2.0 * fixpoints.td_matrices(env)[0], rtol=1e-12)
     np.testing.assert_allclose(analysis.ode_eigenvalues(env, mine, {"eta": 0.5, "c": 3.0}), [0.2 * 1.5],
                                rtol=1e-12)
     np.testing.assert_allclose(analysis.slow_ode_matrix(env, mine), [[0.4]], rtol=1e-12)
@@ -186,48 +187,48 @@ def test_user_algorithm_gets_its_ode_matrix(all_envs):
 # --------------------------------------------------------- (c) fixpoints
 
 def test_centered_fixpoint_solves_the_centered_equations(env):
-    A_c, b_c = analysis.centered_td_matrices(env)
-    fs = analysis.centered_td_fixpoint_set(env)
-    theta = analysis.centered_td_fixpoint(env)
+    A_c, b_c = fixpoints.centered_td_matrices(env)
+    fs = fixpoints.centered_td_fixpoint_set(env)
+    theta = fixpoints.centered_td_fixpoint(env)
     np.testing.assert_allclose(theta, fs.theta)
     np.testing.assert_allclose(A_c @ theta, b_c, atol=1e-9 * max(1.0, np.abs(b_c).max()))
     assert fs.residual < 1e-9
     # The centered TD fixpoint zeroes the projected centered Bellman error.
-    assert analysis.rmspcbe(env, theta) < 1e-9
+    assert metrics.rmspcbe(env, theta) < 1e-9
     # Every point of the affine set is a fixpoint.
     for z in np.random.default_rng(0).normal(size=(3, fs.null_space.shape[1])) * 5:
         th = theta + fs.null_space @ z
         np.testing.assert_allclose(A_c @ th, b_c, atol=1e-8)
-        assert analysis.rmspcbe(env, th) < 1e-8
+        assert metrics.rmspcbe(env, th) < 1e-8
 
 
 def test_boyan_fixpoints_form_a_line_along_the_constant(all_envs):
     env = all_envs["boyan_chain"]
-    fs = analysis.centered_td_fixpoint_set(env)
+    fs = fixpoints.centered_td_fixpoint_set(env)
     assert not fs.unique and fs.rank == 3 and fs.null_space.shape == (4, 1)
     assert "dimension 1" in fs.describe()
     n = fs.null_space[:, 0]
     # Boyan's feature rows sum to one, so theta + c 1 shifts every value by c, which
     # centering cannot see: the null vector is (1, 1, 1, 1) / 2 up to sign.
     np.testing.assert_allclose(np.abs(n), 0.5, atol=1e-10)
-    A_c, b_c = analysis.centered_td_matrices(env)
+    A_c, b_c = fixpoints.centered_td_matrices(env)
     for c in (-30.0, 7.0):
         np.testing.assert_allclose(A_c @ (fs.theta + c * n), b_c, atol=1e-8)
     # The TD fixpoint is unique on Boyan (on-policy, A nonsingular).
-    assert analysis.td_fixpoint_set(env).unique
+    assert fixpoints.td_fixpoint_set(env).unique
 
 
 def test_two_state_fixpoints_are_zero(all_envs):
     env = all_envs["two_state"]
-    fs = analysis.centered_td_fixpoint_set(env)
+    fs = fixpoints.centered_td_fixpoint_set(env)
     assert fs.unique and "unique" in fs.describe()
     np.testing.assert_array_equal(fs.theta, [0.0])
-    np.testing.assert_array_equal(analysis.td_fixpoint(env), [0.0])
+    np.testing.assert_array_equal(fixpoints.td_fixpoint(env), [0.0])
 
 
 def test_baird_centered_fixpoints(all_envs):
     env = all_envs["baird"]
-    fs = analysis.centered_td_fixpoint_set(env)
+    fs = fixpoints.centered_td_fixpoint_set(env)
     # b_c = 0; null(A_c) = null(Phi) (8 features, 7 states) plus the direction that
     # adds a constant to every value.
     assert fs.null_space.shape == (8, 2)
@@ -238,12 +239,12 @@ def test_baird_centered_fixpoints(all_envs):
 
 def test_fixpoint_set_by_hand():
     A = np.array([[2.0, 0.0], [0.0, 0.0]])
-    fs = analysis.fixpoint_set(A, np.array([4.0, 0.0]))
+    fs = fixpoints.fixpoint_set(A, np.array([4.0, 0.0]))
     np.testing.assert_allclose(fs.theta, [2.0, 0.0], atol=1e-15)
     np.testing.assert_allclose(np.abs(fs.null_space[:, 0]), [0.0, 1.0])
     assert fs.rank == 1 and fs.residual == pytest.approx(0.0, abs=1e-14)
     # No solution: the least-squares point and its residual.
-    fs = analysis.fixpoint_set(A, np.array([4.0, 1.0]))
+    fs = fixpoints.fixpoint_set(A, np.array([4.0, 1.0]))
     assert fs.residual == pytest.approx(1.0)
 
 
@@ -275,7 +276,7 @@ def direct_metrics(env, theta):
     # The centered TD fixpoints: least squares on A_c theta = b_c and null(A_c), by
     # scipy here; the distance is a least-squares problem over the set.
     import scipy.linalg
-    A_c, b_c = analysis.centered_td_matrices(env)
+    A_c, b_c = fixpoints.centered_td_matrices(env)
     star = np.linalg.lstsq(A_c, b_c, rcond=None)[0]
     N = scipy.linalg.null_space(A_c, rcond=1e-10)
     z = np.linalg.lstsq(N, theta - star, rcond=None)[0] if N.shape[1] else np.zeros(0)
@@ -283,17 +284,17 @@ def direct_metrics(env, theta):
     return out
 
 
-@pytest.mark.parametrize("name", analysis.METRICS)
+@pytest.mark.parametrize("name", metrics.METRICS)
 def test_metrics_match_direct_computation(env, name):
     rng = np.random.default_rng(1)
-    fn = getattr(analysis, name)
-    M = analysis.metric(env, name)
+    fn = getattr(metrics, name)
+    M = metrics.metric(env, name)
     assert M.R.shape[0] <= env.num_features + 1
     for theta in [env.theta0, *(rng.normal(size=env.num_features) * 5 for _ in range(5))]:
         want = direct_metrics(env, theta)[name]
         assert fn(env, theta) == pytest.approx(want, rel=1e-9, abs=1e-12)
         with jax.enable_x64(True):
-            got = float(analysis.evaluate(M.astype(jnp.float64), jnp.asarray(theta, jnp.float64)))
+            got = float(metrics.evaluate(M.astype(jnp.float64), jnp.asarray(theta, jnp.float64)))
         assert got == pytest.approx(want, rel=1e-9, abs=1e-12)
 
 
@@ -301,30 +302,30 @@ def test_metric_values_by_hand(all_envs):
     env = all_envs["two_state"]
     # theta = 1: V = (1, 2), P_pi V = (2, 2), dbar = 0.9*2 - V = (0.8, -0.2),
     # mean 0.3, centered (0.5, -0.5): RMSCBE = 0.5; RMSVE = sqrt((1 + 4) / 2).
-    assert analysis.rmscbe(env, [1.0]) == pytest.approx(0.5, rel=1e-12)
-    assert analysis.rmsve(env, [1.0]) == pytest.approx(np.sqrt(2.5), rel=1e-12)
+    assert metrics.rmscbe(env, [1.0]) == pytest.approx(0.5, rel=1e-12)
+    assert metrics.rmsve(env, [1.0]) == pytest.approx(np.sqrt(2.5), rel=1e-12)
     # Projection onto span{(1, 2)} under D = I/2: Pi x = (1, 2)(x1 + 2 x2)/5.
     # PBE: x = (0.8, -0.2) -> (0.08, 0.16); PCBE: x = (0.5, -0.5) -> (-0.1, -0.2).
-    assert analysis.rmspbe(env, [1.0]) == pytest.approx(np.sqrt((0.08**2 + 0.16**2) / 2), rel=1e-12)
-    assert analysis.rmspcbe(env, [1.0]) == pytest.approx(np.sqrt((0.01 + 0.04) / 2), rel=1e-12)
+    assert metrics.rmspbe(env, [1.0]) == pytest.approx(np.sqrt((0.08**2 + 0.16**2) / 2), rel=1e-12)
+    assert metrics.rmspcbe(env, [1.0]) == pytest.approx(np.sqrt((0.01 + 0.04) / 2), rel=1e-12)
     # Zero-reward counterexamples: every metric vanishes at theta = 0.
     for name in ("two_state", "baird"):
-        for metric in analysis.METRICS:
-            assert getattr(analysis, metric)(all_envs[name], np.zeros(all_envs[name].num_features)) == 0
+        for metric in metrics.METRICS:
+            assert getattr(metrics, metric)(all_envs[name], np.zeros(all_envs[name].num_features)) == 0
 
 
 def test_metric_values_from_columns(all_envs):
     # The sweep passes the weights' columns (each turned grid-major); the values
     # are those of the (G, N, k) array, bit for bit, and match the closed form.
     env = all_envs["boyan_chain"]
-    mets = [analysis.metric(env, "rmscbe"), analysis.metric(env, "rmspbe")]
+    mets = [metrics.metric(env, "rmscbe"), metrics.metric(env, "rmspbe")]
     theta = np.random.default_rng(3).normal(size=(3, 5, 4)).astype(np.float32)
-    whole = np.asarray(analysis.metric_values(mets, jnp.asarray(theta)))
-    cols = np.asarray(analysis.metric_values(mets, [jnp.asarray(theta[..., i]) for i in range(4)]))
+    whole = np.asarray(metrics.metric_values(mets, jnp.asarray(theta)))
+    cols = np.asarray(metrics.metric_values(mets, [jnp.asarray(theta[..., i]) for i in range(4)]))
     assert whole.shape == (2, 3, 5)
     np.testing.assert_array_equal(cols, whole)
-    np.testing.assert_allclose(whole[0, 1, 2], analysis.rmscbe(env, theta[1, 2].astype(np.float64)), rtol=1e-5)
-    np.testing.assert_allclose(whole[1, 2, 4], analysis.rmspbe(env, theta[2, 4].astype(np.float64)), rtol=1e-5)
+    np.testing.assert_allclose(whole[0, 1, 2], metrics.rmscbe(env, theta[1, 2].astype(np.float64)), rtol=1e-5)
+    np.testing.assert_allclose(whole[1, 2, 4], metrics.rmspbe(env, theta[2, 4].astype(np.float64)), rtol=1e-5)
 
 
 def test_rmscbe_is_min_over_omega(all_envs):
@@ -336,12 +337,12 @@ def test_rmscbe_is_min_over_omega(all_envs):
     dbar = mdp_lib.r_pi(env) + float(env.gamma) * mdp_lib.P_pi(env) @ v - v
     omegas = np.linspace(-20, 20, 40001)
     vals = np.sqrt(((dbar[None, :] - omegas[:, None]) ** 2) @ d)
-    assert analysis.rmscbe(env, theta) == pytest.approx(vals.min(), rel=1e-6)
+    assert metrics.rmscbe(env, theta) == pytest.approx(vals.min(), rel=1e-6)
 
 
 def test_unknown_metric(all_envs):
     with pytest.raises(ValueError, match="rmspcbe"):
-        analysis.metric(all_envs["baird"], "nope")
+        metrics.metric(all_envs["baird"], "nope")
 
 
 def _minimizer_at_norm(M, norm):
@@ -370,13 +371,13 @@ FLOAT32_CASES = [("boyan_chain", "rmspcbe"), ("boyan_chain", "rmspbe"), ("baird"
 @pytest.mark.parametrize("env_name,name", FLOAT32_CASES)
 def test_float32_metric_resolves_errors_near_the_minimum(all_envs, env_name, name):
     env = all_envs[env_name]
-    M = analysis.metric(env, name)
+    M = metrics.metric(env, name)
     M32 = M.astype(jnp.float32)
     assert M32.R.dtype == jnp.float32
     base = _minimizer_at_norm(M, 10.0)
     assert np.linalg.norm(base) >= 9.99  # Boyan's TD fixpoint has norm 52
     assert np.linalg.norm(M.R @ base + M.h) < 1e-9
-    f32 = jax.jit(analysis.evaluate)
+    f32 = jax.jit(metrics.evaluate)
     eps = float(np.finfo(np.float32).eps)
     rng = np.random.default_rng(3)
     naive_errors = []
@@ -407,9 +408,9 @@ def test_float32_metric_resolves_errors_near_the_minimum(all_envs, env_name, nam
 def hand_slow_matrix(env, alg_name):
     """The slow ODE matrices derived by hand: -A (TD, SRC), -A^T C^+ A (TDC), -A_c
     (CTD, VRC), -A^T C^+ A_c (CTDC)."""
-    A = analysis.td_matrices(env)[0]
-    A_c = analysis.centered_td_matrices(env)[0]
-    C_pinv = np.linalg.pinv(analysis.feature_covariance(env), rcond=1e-10)
+    A = fixpoints.td_matrices(env)[0]
+    A_c = fixpoints.centered_td_matrices(env)[0]
+    C_pinv = np.linalg.pinv(fixpoints.feature_covariance(env), rcond=1e-10)
     return {"td": -A, "src": -A, "tdc": -A.T @ C_pinv @ A, "ctd": -A_c, "vrc": -A_c,
             "ctdc": -A.T @ C_pinv @ A_c}[alg_name]
 
@@ -457,8 +458,8 @@ def test_ctdc_slow_ode_on_two_state(all_envs):
     separated time scales its slow eigenvalue is about +0.02 alpha."""
     env = all_envs["two_state"]
     np.testing.assert_allclose(analysis.slow_ode_matrix(env, "ctdc"), [[0.02]], rtol=1e-12)
-    A_c = analysis.centered_td_matrices(env)[0]
-    C = analysis.feature_covariance(env)
+    A_c = fixpoints.centered_td_matrices(env)[0]
+    C = fixpoints.feature_covariance(env)
     np.testing.assert_allclose(-A_c.T @ np.linalg.inv(C) @ A_c, [[-0.025]])  # the paper's claim
     for alpha in (1e-3, 1e-4):
         ev = analysis.ode_eigenvalues(env, "ctdc", {"alpha": alpha, "beta": 1.0, "zeta": 0.1})
@@ -493,17 +494,17 @@ def test_episodic_quantities_worked_by_hand():
     np.testing.assert_allclose(mdp_lib.v_pi(env), [3.0, 2.0])
     np.testing.assert_allclose(mdp_lib.P_pi_gamma(env), [[0.0, 1.0], [0.0, 0.0]])
     # One constant feature: (I - P_g) Phi = (0, 1), so A = 1/2, b = (1 + 2)/2 = 3/2, theta_TD = 3.
-    A, b = analysis.td_matrices(env)
+    A, b = fixpoints.td_matrices(env)
     np.testing.assert_allclose(A, [[0.5]])
     np.testing.assert_allclose(b, [1.5])
-    np.testing.assert_allclose(analysis.td_fixpoint(env), [3.0])
-    assert analysis.rmspbe(env, [3.0]) == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(fixpoints.td_fixpoint(env), [3.0])
+    assert metrics.rmspbe(env, [3.0]) == pytest.approx(0.0, abs=1e-12)
     # RMSVE at theta = 3: values (3, 3) against (3, 2): sqrt(1/2 * 0 + 1/2 * 1).
-    assert analysis.rmsve(env, [3.0]) == pytest.approx(np.sqrt(0.5), rel=1e-12)
+    assert metrics.rmsve(env, [3.0]) == pytest.approx(np.sqrt(0.5), rel=1e-12)
     # RMSCBE at theta = 0: delta_bar = r = (1, 2), less its mean 3/2: (-1/2, 1/2), norm 1/2.
-    assert analysis.rmscbe(env, [0.0]) == pytest.approx(0.5, rel=1e-12)
+    assert metrics.rmscbe(env, [0.0]) == pytest.approx(0.5, rel=1e-12)
     # Centering removes the constant feature's whole signal: A_c = 0.
-    np.testing.assert_allclose(analysis.centered_td_matrices(env)[0], [[0.0]], atol=1e-15)
+    np.testing.assert_allclose(fixpoints.centered_td_matrices(env)[0], [[0.0]], atol=1e-15)
     # TD's expected update at unit step size is -A theta + b; CTD adds omega's row:
     # E[delta] = d^T (r + (P_g - I) Phi theta) = 3/2 - theta/2.
     G, g = analysis.expected_update(env, "td")
@@ -514,8 +515,8 @@ def test_episodic_quantities_worked_by_hand():
     np.testing.assert_allclose(g, [1.5, 1.5])
     # Tabular features: the TD fixpoint is v_pi itself.
     tab = hand_episodic_env(np.eye(2))
-    np.testing.assert_allclose(analysis.td_fixpoint(tab), [3.0, 2.0])
-    assert analysis.rmsve(tab, [3.0, 2.0]) == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(fixpoints.td_fixpoint(tab), [3.0, 2.0])
+    assert metrics.rmsve(tab, [3.0, 2.0]) == pytest.approx(0.0, abs=1e-12)
 
 
 def test_episodic_discount_validation():
@@ -550,9 +551,9 @@ def test_a_registered_metric_is_computed_by_a_sweep(all_envs):
     from bec_jax.prediction import sweep
     from bec_jax.prediction.spec import SweepSpec
     try:
-        f = analysis.register_metric("hand_rmsve_test", _hand_rmsve_two_state, "RMSVE of two_state by hand.")
-        analysis.register_metric("quarter_test", _quarter, "One quarter, whatever theta.")
-        assert analysis.metric_names()[-2:] == ["hand_rmsve_test", "quarter_test"]
+        f = metrics.register_metric("hand_rmsve_test", _hand_rmsve_two_state, "RMSVE of two_state by hand.")
+        metrics.register_metric("quarter_test", _quarter, "One quarter, whatever theta.")
+        assert metrics.metric_names()[-2:] == ["hand_rmsve_test", "quarter_test"]
         assert f(all_envs["two_state"], [1.0]) == pytest.approx(np.sqrt(2.5), rel=1e-12)
         assert f.__name__ == "hand_rmsve_test" and "by hand" in f.__doc__
         spec = SweepSpec(env="two_state", algorithm="td", alpha=(0.01, 0.05), steps=60, seeds=3, log_every=10,
@@ -565,43 +566,43 @@ def test_a_registered_metric_is_computed_by_a_sweep(all_envs):
         assert (r.mean[2] == 0.25).all() and (r.final[2] == 0.25).all()
         # Registered again under its name, the metric bakes other constants into the
         # program: the same spec must not reuse the compiled one.
-        analysis.register_metric("quarter_test", lambda env: 2 * _quarter(env), "One half.", replace=True)
+        metrics.register_metric("quarter_test", lambda env: 2 * _quarter(env), "One half.", replace=True)
         again = sweep.run(spec, progress=False, devices=jax.devices()[:1])
         assert (again.mean[2] == 0.5).all() and again.meta["compiled_programs"] == 1
     finally:
-        analysis.METRIC_REGISTRY.pop("hand_rmsve_test", None)
-        analysis.METRIC_REGISTRY.pop("quarter_test", None)
+        metrics.METRIC_REGISTRY.pop("hand_rmsve_test", None)
+        metrics.METRIC_REGISTRY.pop("quarter_test", None)
     with pytest.raises(ValueError, match="unknown metric 'quarter_test'"):
         SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), metrics=("quarter_test",))
 
 
 def test_metric_registry_lists_refuses_and_documents(all_envs):
-    assert analysis.metric_names() == list(analysis.METRICS)  # the built-ins, in their order
-    for name in analysis.METRICS:
-        fn = getattr(analysis, name)
-        assert fn.__name__ == name and analysis.metric_def(name).doc.split()[0] in fn.__doc__
+    assert metrics.metric_names() == list(metrics.METRICS)  # the built-ins, in their order
+    for name in metrics.METRICS:
+        fn = getattr(metrics, name)
+        assert fn.__name__ == name and metrics.metric_def(name).doc.split()[0] in fn.__doc__
     with pytest.raises(ValueError, match="'rmscbe' is already registered"):
-        analysis.register_metric("rmscbe", _quarter, "another")
+        metrics.register_metric("rmscbe", _quarter, "another")
     with pytest.raises(ValueError, match="without ':'"):
-        analysis.register_metric("a:b", _quarter, "bad name")
+        metrics.register_metric("a:b", _quarter, "bad name")
     with pytest.raises(ValueError, match="unknown metric 'nope'; known: rmscbe, rmspcbe"):
-        analysis.metric_def("nope")
-    assert analysis.metric_names() == list(analysis.METRICS)
+        metrics.metric_def("nope")
+    assert metrics.metric_names() == list(metrics.METRICS)
 
 
 def test_a_metric_of_ones_own_module_by_reference(tmp_path, monkeypatch):
     from bec_jax.prediction import sweep
     from bec_jax.prediction.spec import SweepSpec
     (tmp_path / "my_metrics_test.py").write_text(
-        "import numpy as np\nfrom bec_jax import analysis\n"
-        "HALF = analysis.MetricDef('half', 'One half, whatever theta.', "
+        "import numpy as np\nfrom bec_jax.theory import metrics\n"
+        "HALF = metrics.MetricDef('half', 'One half, whatever theta.', "
         "lambda env: np.hstack([np.zeros((1, env.num_features)), [[0.5]]]))\nNOT_ONE = 3\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = SweepSpec(env="two_state", algorithm="td", alpha=(0.01,), steps=30, seeds=2, log_every=10,
                      metrics=("rmsve", "my_metrics_test:HALF"))
     r = sweep.run(spec, progress=False, devices=jax.devices()[:1])
     assert (r.mean[1] == 0.5).all() and r.metrics[1] == "my_metrics_test:HALF"
-    assert "my_metrics_test:HALF" not in analysis.metric_names()  # imported, not registered
+    assert "my_metrics_test:HALF" not in metrics.metric_names()  # imported, not registered
     with pytest.raises(ValueError, match=r"^metrics: 'my_metrics_test:NOT_ONE' is a int, not a bec_jax"):
         SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), metrics=("my_metrics_test:NOT_ONE",))
     with pytest.raises(ValueError, match=r"^metrics: cannot import 'no_such_module_test'"):

@@ -14,6 +14,7 @@ import pytest
 from bec_jax import algorithms, envs
 from bec_jax.prediction import sampling
 from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import fixpoints, metrics
 
 NUM_BLOCKS, BLOCK = 20, 2000  # 40k steps, theta logged every 2000
 SEEDS = 3
@@ -66,13 +67,13 @@ def run():
 
 def metric_values(env_name, name, thetas):
     env = envs.make(env_name)
-    M = analysis.metric(env, name)
+    M = metrics.metric(env, name)
     return np.linalg.norm(thetas @ M.R.T + M.h, axis=-1)
 
 
 def test_ctd_on_boyan_reaches_the_centered_td_fixpoint(run):
     env = envs.make("boyan_chain")
-    assert analysis.rmspcbe(env, env.theta0) == pytest.approx(0.848, abs=1e-3)  # initial value
+    assert metrics.rmspcbe(env, env.theta0) == pytest.approx(0.848, abs=1e-3)  # initial value
     th = run("boyan_chain", "ctd", (0.01, 0.05, 0.0))
     vals = metric_values("boyan_chain", "rmspcbe", th)
     avg = th[:, NUM_BLOCKS // 2:].mean(1)  # average of the logged iterates, second half
@@ -80,17 +81,17 @@ def test_ctd_on_boyan_reaches_the_centered_td_fixpoint(run):
     assert np.all(avg_vals < 0.02), avg_vals          # observed ~0.004
     assert np.all(vals[:, -1] < 0.05), vals[:, -1]     # last iterate, observed ~0.005-0.01
     # It lands on the fixpoint line: theta - its projection on the line is small.
-    fs = analysis.centered_td_fixpoint_set(env)
+    fs = fixpoints.centered_td_fixpoint_set(env)
     n = fs.null_space[:, 0]
     off_line = (avg - fs.theta) - np.outer((avg - fs.theta) @ n, n)
     assert np.abs(off_line).max() < 0.1
     # ... but not the TD fixpoint: centering leaves the constant offset (~ -26) unlearned.
-    assert np.linalg.norm(avg - analysis.td_fixpoint(env), axis=1).min() > 10
+    assert np.linalg.norm(avg - fixpoints.td_fixpoint(env), axis=1).min() > 10
 
 
 def test_td_on_boyan_approaches_the_td_fixpoint(run):
     env = envs.make("boyan_chain")
-    fp = analysis.td_fixpoint(env)  # about (-27.5, -26.7, -25.6, -24.4)
+    fp = fixpoints.td_fixpoint(env)  # about (-27.5, -26.7, -25.6, -24.4)
     assert np.linalg.norm(env.theta0 - fp) > 50
     th = run("boyan_chain", "td", (0.01, 0.0, 0.0))
     avg = th[:, NUM_BLOCKS // 2:].mean(1)
@@ -103,7 +104,7 @@ def test_td_on_boyan_approaches_the_td_fixpoint(run):
 
 def test_tdc_on_baird_converges(run):
     env = envs.make("baird")
-    init = analysis.rmspbe(env, env.theta0)
+    init = metrics.rmspbe(env, env.theta0)
     assert init == pytest.approx(8.22, abs=0.01)
     th = run("baird", "tdc", (0.005, 0.0, 0.05))
     pbe = metric_values("baird", "rmspbe", th)
@@ -118,7 +119,7 @@ def test_tdc_on_baird_converges(run):
 
 def test_ctdc_on_baird_converges(run):
     env = envs.make("baird")
-    assert analysis.rmspcbe(env, env.theta0) == pytest.approx(3.15, abs=0.01)
+    assert metrics.rmspcbe(env, env.theta0) == pytest.approx(3.15, abs=0.01)
     th = run("baird", "ctdc", (0.005, 0.05, 0.05))
     pcbe = metric_values("baird", "rmspcbe", th)
     assert np.all(pcbe[:, -1] < 1e-3), pcbe[:, -1]     # observed < 1e-5

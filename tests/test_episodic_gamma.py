@@ -14,7 +14,7 @@ from bec_jax import envs
 from bec_jax import mdp as mdp_lib
 from bec_jax.cli import commands as cli
 from bec_jax.prediction.results import SweepResult
-from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import fixpoints, metrics
 
 
 def episodic_fields(nonterminal=0.9, other=None):
@@ -98,14 +98,14 @@ def test_cli_gamma_sweep_of_an_episodic_file_uses_the_episodic_discount(episodic
         model = r.spec.mdp({"gamma": g})
         np.testing.assert_array_equal(model.gamma, want.gamma)
         assert mdp_lib.fingerprint(model) == mdp_lib.fingerprint(want)
-        np.testing.assert_array_equal(analysis.td_fixpoint(model), analysis.td_fixpoint(want))
+        np.testing.assert_array_equal(fixpoints.td_fixpoint(model), fixpoints.td_fixpoint(want))
         # Step 0 (theta0 for every seed) is the closed form of the episodic model ...
         for m, name in enumerate(r.metrics):
-            exact = getattr(analysis, name)(want, want.theta0)
+            exact = getattr(metrics, name)(want, want.theta0)
             assert r.mean[m, i, 0] == pytest.approx(exact, rel=2e-6)
         # ... which differs from that of the continuing task with the constant g.
         cont = mdp_lib.make_mdp(**dict(episodic_fields(), gamma=g))
-        assert analysis.rmspbe(cont, cont.theta0) != pytest.approx(analysis.rmspbe(want, want.theta0), rel=1e-3)
+        assert metrics.rmspbe(cont, cont.theta0) != pytest.approx(metrics.rmspbe(want, want.theta0), rel=1e-3)
 
 
 def _refused_line(path, capsys, tmp_path, gammas="0.5"):

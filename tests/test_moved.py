@@ -48,6 +48,8 @@ def test_every_old_path_is_its_new_module_and_warns_once():
     ("from bec_jax import analysis; from bec_jax.theory import metrics, fixpoints, expected_updates as e; "
      "print(analysis.rmspbe is metrics.rmspbe, analysis.fixpoint_set is fixpoints.fixpoint_set, "
      "analysis.expected_update is e.expected_update)", "True True True"),
+    ("from bec_jax import analysis; from bec_jax.theory import mean_square as ms; "
+     "print(analysis.mean_square is ms.mean_square)", "True"),
 ])
 def test_documented_old_forms(code, check):
     r = _python(code)

@@ -14,6 +14,7 @@ from bec_jax import mdp as mdp_lib
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import fixpoints, metrics
 from bec_jax.transition import Transition
 
 S5 = 5
@@ -103,12 +104,12 @@ def test_random_walk_rmspbe_matches_the_papers_code(features):
     env = envs.make("random_walk", features=features)
     rng = np.random.default_rng(1)
     for w in [np.zeros(env.num_features), *rng.normal(size=(4, env.num_features))]:
-        assert analysis.rmspbe(env, w) == pytest.approx(tdrc_code_rmspbe(features, w), rel=1e-10, abs=1e-13)
+        assert metrics.rmspbe(env, w) == pytest.approx(tdrc_code_rmspbe(features, w), rel=1e-10, abs=1e-13)
     # The value at 0 for tabular features: sqrt(r_D^T C^-1 r_D) with r_D = D r.
     if features == "tabular":
         d = np.array([1, 2, 3, 2, 1]) / 9
         r = np.array([-0.4, 0, 0, 0, 0.6])
-        assert analysis.rmspbe(env, np.zeros(5)) == pytest.approx(np.sqrt(np.sum(d * r * r)), rel=1e-12)
+        assert metrics.rmspbe(env, np.zeros(5)) == pytest.approx(np.sqrt(np.sum(d * r * r)), rel=1e-12)
 
 
 def test_kolter_counterexample_by_hand():
@@ -126,14 +127,14 @@ def test_kolter_counterexample_by_hand():
     d = np.array([p, 1 - p])
     A_hand = np.sum(d * phi * (phi - 0.99 * phi.mean()))
     assert abs(A_hand) < 1e-12
-    A, b = analysis.td_matrices(env)
+    A, b = fixpoints.td_matrices(env)
     assert abs(A[0, 0]) < 1e-12 and abs(b[0]) > 1e-3     # the TD fixpoint b / A is at infinity
     # The value function is nearly representable: the best weight has a small error.
     v = mdp_lib.v_pi(env)
     best = np.sum(d * phi * v) / np.sum(d * phi * phi)
-    assert analysis.rmsve(env, [best]) < 0.05 * np.abs(v).max()
+    assert metrics.rmsve(env, [best]) < 0.05 * np.abs(v).max()
     # A different behaviour (p = 1/2, on-policy) has a finite fixpoint.
-    assert abs(analysis.td_matrices(envs.make("kolter", p=0.5))[0][0, 0]) > 0.01
+    assert abs(fixpoints.td_matrices(envs.make("kolter", p=0.5))[0][0, 0]) > 0.01
 
 
 def test_sutton_barto_11_4_same_data_different_bellman_error():
@@ -159,14 +160,14 @@ def test_sutton_barto_11_4_same_data_different_bellman_error():
         for k in a:
             assert a[k] == pytest.approx(b[k], abs=1e-12)
     w = np.zeros(2)
-    assert analysis.rmsbe(left, w) == pytest.approx(0.0, abs=1e-12)
-    assert analysis.rmsbe(right, w) == pytest.approx(np.sqrt(2 / 3), rel=1e-12)   # errors +1 and -1 on B, B'
-    assert analysis.rmscbe(right, w) == pytest.approx(np.sqrt(2 / 3), rel=1e-12)
+    assert metrics.rmsbe(left, w) == pytest.approx(0.0, abs=1e-12)
+    assert metrics.rmsbe(right, w) == pytest.approx(np.sqrt(2 / 3), rel=1e-12)   # errors +1 and -1 on B, B'
+    assert metrics.rmscbe(right, w) == pytest.approx(np.sqrt(2 / 3), rel=1e-12)
     # Both are 0 in exact arithmetic; the two models' matrices round differently (6.8e-17 on
     # an AVX2 CPU, 0.0 on AVX-512), so each is compared with 0, not with the other.
-    assert analysis.rmspbe(left, w) == pytest.approx(0.0, abs=1e-12)
-    assert analysis.rmspbe(right, w) == pytest.approx(0.0, abs=1e-12)
-    np.testing.assert_allclose(analysis.td_fixpoint(left), analysis.td_fixpoint(right), atol=1e-12)
+    assert metrics.rmspbe(left, w) == pytest.approx(0.0, abs=1e-12)
+    assert metrics.rmspbe(right, w) == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(fixpoints.td_fixpoint(left), fixpoints.td_fixpoint(right), atol=1e-12)
 
 
 def test_random_mdp_generator_validates_for_many_seeds():
@@ -187,13 +188,13 @@ def test_random_mdp_generator_validates_for_many_seeds():
 
 def test_tabular_boyan_centered_fixpoint_is_the_centered_value_function():
     env = envs.make("boyan_chain", features="tabular")
-    fs = analysis.centered_td_fixpoint_set(env)
+    fs = fixpoints.centered_td_fixpoint_set(env)
     assert fs.null_space.shape[1] == 1  # the constant shift
     d, v = mdp_lib.d_mu(env), mdp_lib.v_pi(env)
     values = env.phi @ fs.theta
     # C V = C v_pi: equal up to a constant (the paper's centered fixpoint, eq. (26)).
     np.testing.assert_allclose(values - d @ values, v - d @ v, atol=1e-8)
-    assert analysis.rmscbe(env, fs.theta) < 1e-9
+    assert metrics.rmscbe(env, fs.theta) < 1e-9
 
 
 # ------------------------------------------------------------------ steps by hand

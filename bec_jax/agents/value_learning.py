@@ -195,11 +195,6 @@ class TDCDirections(NamedTuple):
     delta: jax.Array
 
 
-def tdc_aux_init(params: Params) -> Params:
-    """Zero auxiliary weights h, shaped like `params`."""
-    return jax.tree.map(jnp.zeros_like, params)
-
-
 def centered_tdc_direction(value_fn: ValueFn, params: Params, h: Params,
                            omega: jax.Array | float, x, reward: jax.Array,
                            discount: jax.Array, x_next,

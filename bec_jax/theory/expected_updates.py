@@ -1,17 +1,14 @@
-"""Exact quantities from the model matrices, in float64: the theory's namespace.
+"""The expected updates of an algorithm on a model, in float64.
 
-Its own job is the expected updates, derived from an algorithm's own update
+Its job is the expected updates, derived from an algorithm's own update
 function, not written per algorithm (`expected_update`): for a linear method,
 the mean increment over s ~ d_mu, a ~ mu, s' ~ P is affine in the state,
 G x + g, and is read off by enumerating the outcomes and differentiating. From
 them come the ODE's eigenvalues (`ode_eigenvalues`) and the two-timescale
 slow matrix (`slow_ode_matrix`).
 
-It also re-exports, so that one namespace holds the theory:
-  the closed-form TD fixpoints and their sets (`bec_jax.theory.fixpoints`: td_matrices,
-  centered_td_matrices, feature_covariance, fixpoint_set, ...), and
-  the error metrics and their registry (`bec_jax.theory.metrics`: metric, metric_values,
-  register_metric, metric_names, rmspbe, rmscbe, ...).
+The closed-form TD fixpoints live in `bec_jax.theory.fixpoints`, the error
+metrics in `bec_jax.theory.metrics`: import them from there.
 """
 from __future__ import annotations
 
@@ -27,9 +24,7 @@ from bec_jax import algorithms as algorithms_lib
 from bec_jax import mdp as mdp_lib
 from bec_jax.algorithms.base import ModelStats
 from bec_jax.mdp import FiniteMDP
-from bec_jax.theory.fixpoints import *  # noqa: F403  (re-exported: see the module docstring)
 from bec_jax.theory.fixpoints import RANK_TOL
-from bec_jax.theory.metrics import *  # noqa: F403
 from bec_jax.transition import Transition
 
 # ---------------------------------------------------------------- expected updates
@@ -314,6 +309,3 @@ def slow_ode_matrix(env: FiniteMDP, alg, hyperparameters: dict | None = None) ->
         raise ValueError(f"algorithm: the fast recursions of {alg.name} have no equilibrium for some "
                          f"{alg.weights}, so there is no two-timescale limit")
     return Gtt - Gty @ Y
-
-# The exact mean-square analysis lives in its own module (one concept per module).
-from bec_jax.theory.mean_square import mean_square  # noqa: E402,F401

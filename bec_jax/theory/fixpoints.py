@@ -13,8 +13,6 @@ T v = r + P_g v. The centered TD fixpoint solves A_c theta = b_c (paper eq. (27)
 vector is in the feature span; Baird: more features than states) the fixpoints
 form an affine subspace: `centered_td_fixpoint` returns its minimum-norm point,
 `fixpoint_set` the whole set.
-
-`bec_jax.theory.expected_updates` re-exports every name of this module.
 """
 from __future__ import annotations
 

@@ -117,12 +117,6 @@ class JumpSystem(NamedTuple):
         """n, the length of the stacked state x."""
         return self.gamma.shape[1]
 
-    def first_moment(self, q: np.ndarray) -> np.ndarray:
-        """q (modes, n) -> sum_i p_i Gamma_i q_{src_i}, collected at dst_i (no affine term)."""
-        out = np.zeros_like(q)
-        np.add.at(out, self.dst, self.p[:, None] * np.einsum("ijk,ik->ij", self.gamma, q[self.src]))
-        return out
-
     def second_moment(self, Z: np.ndarray) -> np.ndarray:
         """Z (modes, n, n) -> sum_i p_i Gamma_i Z_{src_i} Gamma_i^T, collected at
         dst_i: CFM's operator T (no affine term)."""
@@ -163,11 +157,6 @@ class Stationary(NamedTuple):
     mean: np.ndarray
     second: np.ndarray
     fixpoint: np.ndarray
-
-    @property
-    def covariance(self) -> np.ndarray:
-        """E[x x^T] - E[x] E[x]^T."""
-        return self.second - np.outer(self.mean, self.mean)
 
     @property
     def rms_to_fixpoint(self) -> float:
@@ -502,7 +491,7 @@ def label(env: FiniteMDP, alg, hyperparameters: dict, sampler: str = "markov") -
 
 def stationary_metric(ms: MeanSquare, R: np.ndarray, h: np.ndarray, rows: slice) -> float | None:
     """sqrt(E[||R theta + h||^2]) in the stationary regime, theta = x[rows] (the
-    RMS of a metric of `analysis.metric`, e.g. the expected RMSCBE floor at a
+    RMS of a metric of `metrics.metric`, e.g. the expected RMSCBE floor at a
     constant step size). None when the second moment is unbounded, or when the
     metric changes along a neutral direction (there x random-walks)."""
     if ms.stationary is None:

@@ -11,8 +11,7 @@ The metrics are a registry: `register_metric(name, build, doc)` adds one, where
 `build(env)` gives W, and returns its value function `f(env, theta)`;
 `metric_names()` lists them (a sweep's `metrics` may name any of them, or a
 `MetricDef` of the user's own as `package.module:attribute`) and
-`metric(env, name)` builds one, compressed. `bec_jax.theory.expected_updates` re-exports every
-name of this module.
+`metric(env, name)` builds one, compressed.
 """
 from __future__ import annotations
 
