@@ -32,6 +32,7 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
+    from bec_jax.engine import tuning
     from bec_jax.prediction import sweep
     from bec_jax.prediction.spec import SweepSpec
 
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     kwargs = {"chunk_size": cfg["chunk_size"]} if cfg.get("chunk_size") else {}
     kwargs["progress"] = False  # no progress callback compiled in, terminal or not
     for _ in range(int(cfg.get("repeats", 1))):
-        getattr(sweep, "clear_compiled", lambda: None)()  # each repeat compiles afresh
+        tuning.clear_compiled()  # each repeat compiles afresh
         r = sweep.run(spec, **kwargs)
         meta = r.meta
         compile_s.append(meta["compile_time_s"])

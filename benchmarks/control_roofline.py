@@ -54,9 +54,8 @@ _THUNK_OPS = ("fusion", "copy", "gather", "scatter", "conditional", "while", "cu
 
 
 def _spec(task: str, runs: int):
-    from bec_jax.experiments import control as C
-
     from bec_jax.control.spec import ControlSpec
+    from bec_jax.experiments import control as C
     z = C.TASKS[task]["zeta"]
     return ControlSpec(task=task, algorithm="cgq", hyperparameters={"alpha": [0.1], "beta": [1e-4], "zeta": [z]},
                        seeds=runs, episodes=10, **C.BEHAVIOUR)
@@ -75,6 +74,7 @@ def measure(task: str, runs: int, steps: int, repeats: int) -> dict:
     """One task's step: its cost analysis, thunks and measured time."""
     from bec_jax import threefry
     from bec_jax.control import program
+    from bec_jax.control import sweep as control_sweep
     from bec_jax.engine import tuning
     spec = _spec(task, runs)
     sh = program.shared([spec])
@@ -90,7 +90,8 @@ def measure(task: str, runs: int, steps: int, repeats: int) -> dict:
 
     # The XLA options the control front compiles the reproduction's sweeps with
     # (`tuning.choose_form`: over LIGHT_COMPILE_UPDATES, the fusion emitters).
-    opts = tuning.choose_form(spec, jax.devices()[:1], updates=tuning.LIGHT_COMPILE_UPDATES).compiler_options
+    opts = tuning.choose_form(spec, jax.devices()[:1], updates=tuning.LIGHT_COMPILE_UPDATES,
+                              front=control_sweep).compiler_options
     step1 = jax.jit(one).lower(carry, jnp.int32(0)).compile(opts)
     cost = step1.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost

@@ -116,16 +116,16 @@ def _p(a: np.ndarray, kind=_f32p):
 
 class Problem:
     """A model's sampler tables and RMSCBE factor as the C loop reads them (the
-    engine's own: `bec_jax.prediction.sampling.build_tables`, `bec_jax.theory.expected_updates.metric`)."""
+    engine's own: `bec_jax.prediction.sampling.build_tables`, `bec_jax.theory.metrics.metric`)."""
 
     def __init__(self, env_name: str = "boyan_chain"):
         from bec_jax import envs
         from bec_jax.prediction import sampling
-        from bec_jax.theory import expected_updates as analysis
+        from bec_jax.theory import metrics
 
         env = envs.make(env_name)
         t = sampling.build_tables(env, np.float32, as_numpy=True)
-        met = analysis.metric(env, "rmscbe")
+        met = metrics.metric(env, "rmscbe")
         f32 = lambda x: np.ascontiguousarray(x, np.float32)  # noqa: E731
         self.arrays = dict(cdf=f32(t.cdf), next=np.ascontiguousarray(t.next_state, np.int32),
                            reward=f32(t.reward), rho=f32(t.rho), discount=f32(t.discount),
@@ -233,9 +233,10 @@ def _engine(spec, repeats: int):
     streams: the yardstick of `agreement`)."""
     import jax
 
+    from bec_jax.engine import tuning
     from bec_jax.prediction import sweep
 
-    opts = sweep.CPU_COMPILER_OPTIONS if jax.devices()[0].platform == "cpu" else {}
+    opts = tuning.CPU_COMPILER_OPTIONS if jax.devices()[0].platform == "cpu" else {}
     fresh = sweep.run(spec.replace(seed_offset=spec.seeds), progress=False, compiler_options=opts)
     runs = [sweep.run(spec, progress=False, compiler_options=opts) for _ in range(repeats)]
     d = jax.devices()

@@ -10,7 +10,7 @@ against issue 15's target of at least 90%. Both are medians of
 `--repeats` timed calls (after a warm-up) in the same process, taken in
 alternating rounds, and the device they ran on is printed. The full program is
 compiled as a long sweep's is (the fusion emitters, in its run-fast form:
-`sweep.KernelForm`).
+`tuning.KernelForm`).
 
 One device on one core: the process pins itself to one core before JAX starts
 (`--no-pin` leaves it), so both rates are per core. Unpinned on a 2-core machine,
@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from bec_jax import algorithms
+from bec_jax.engine import tuning
 from bec_jax.engine.layout import state_axes
 from bec_jax.prediction import sweep
 from bec_jax.transition import Transition
@@ -42,8 +43,8 @@ G, N, K = 576, 50, 4
 
 
 def _options() -> dict:
-    """XLA:CPU's fusion emitters on a CPU (`sweep.CPU_COMPILER_OPTIONS`); nothing elsewhere."""
-    return sweep.CPU_COMPILER_OPTIONS if jax.devices()[0].platform == "cpu" else {}
+    """XLA:CPU's fusion emitters on a CPU (`tuning.CPU_COMPILER_OPTIONS`); nothing elsewhere."""
+    return tuning.CPU_COMPILER_OPTIONS if jax.devices()[0].platform == "cpu" else {}
 
 
 def bare_update_loop(name: str, steps: int, share: bool = False):

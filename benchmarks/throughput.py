@@ -14,8 +14,8 @@ What it measures, in this order:
   3. `--repeats` rounds (default 5), each one NumPy-loop pass over a subset of the
      grid (6 points x 5 seeds x 1000 steps, float64, one run at a time) and then one
      `sweep.run` of the whole workload twice: with the default compile (for a
-     sweep of this size the light one, `sweep.choose_form`) and with
-     XLA:CPU's fusion emitters (`sweep.CPU_COMPILER_OPTIONS`, which sweeps of
+     sweep of this size the light one, `tuning.choose_form`) and with
+     XLA:CPU's fusion emitters (`tuning.CPU_COMPILER_OPTIONS`, which sweeps of
      10^9 updates and more get); the updates/s target is judged on the faster.
      Interleaving keeps all under the same machine load. bec_jax's steady state is the engine's own `run_time_s` (after
      compilation, results fetched with device_get); each `sweep.run` compiles
@@ -69,6 +69,7 @@ def main(argv=None) -> int:
 
     import numpy as np
 
+    from bec_jax.engine import tuning
     from bec_jax.prediction import sweep
     from benchmarks import baseline_numpy as baseline
 
@@ -95,16 +96,16 @@ def main(argv=None) -> int:
     warm = sweep.run(spec, progress=False)
     # 3. Interleaved rounds.
     # bec_jax twice a round: with its default compile (for a sweep this size, the
-    # light one: sweep.choose_form) and with XLA:CPU's fusion emitters
-    # (sweep.CPU_COMPILER_OPTIONS, what sweeps of 10^9 updates and more get).
-    full_opts = sweep.CPU_COMPILER_OPTIONS if jinfo["backend"] == "cpu" else None
+    # light one: tuning.choose_form) and with XLA:CPU's fusion emitters
+    # (tuning.CPU_COMPILER_OPTIONS, what sweeps of 10^9 updates and more get).
+    full_opts = tuning.CPU_COMPILER_OPTIONS if jinfo["backend"] == "cpu" else None
     sweep.run(spec, progress=False, compiler_options=full_opts)
     b_runs, j_runs, f_runs = [], [], []
     for i in range(repeats):
         b = baseline.run_grid(pts, seeds, spec.steps, spec.log_every, problem=problem)
         b_runs.append({"updates": b["updates"], "seconds": b["seconds"], "updates_per_s": b["updates_per_s"]})
         for runs, opts in ((j_runs, None), (f_runs, full_opts)):
-            sweep.clear_compiled()  # each round compiles afresh, as the compile figure says
+            tuning.clear_compiled()  # each round compiles afresh, as the compile figure says
             r = sweep.run(spec, progress=False, compiler_options=opts)
             m = r.meta
             runs.append({"compile_time_s": m["compile_time_s"], "run_time_s": m["run_time_s"],
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
           f"{spec.num_points} x {spec.seeds} x {spec.steps}, {spec.dtype}, {dev}, steady state, "
           f"default compile ({compile_inproc:.2f} s)"],
          ["  with the fusion emitters", fmt_rate(f_ups), f"{f_run_s:.3f} s",
-          f"the same, compiler_options=sweep.CPU_COMPILER_OPTIONS ({f_compile:.2f} s compile)"],
+          f"the same, compiler_options=tuning.CPU_COMPILER_OPTIONS ({f_compile:.2f} s compile)"],
          ["ratio", f"{ratio:,.0f}x", "", f"per round: {', '.join(f'{x:,.0f}' for x in ratios)}"],
          ["compile, fresh process", "", f"{compile_fresh:.2f} s",
           f"what a user sees first (no persistent cache); median of {fresh_n} process(es): "

@@ -7,6 +7,7 @@ import numpy as np
 
 from bec_jax import algorithms
 from bec_jax.algorithms import ctdc
+from bec_jax.engine import tuning
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
 
@@ -39,12 +40,12 @@ def test_sharing_only_for_an_algorithm_that_opts_in():
             spec = SweepSpec(env="boyan_chain", algorithm=alg.name, alpha=(0.05, 2.0), beta=(0.1,), zeta=(0.5,),
                              seeds=5, steps=70, log_every=10, divergence_bound=10.0)
             groups, chunks = sweep.plan(spec, 2)
-            form = sweep.choose_form(spec, dev, groups[0], sweep.CPU_COMPILER_OPTIONS)
+            form = tuning.choose_form(spec, dev, groups[0], tuning.CPU_COMPILER_OPTIONS, front=sweep)
             assert form.share and form.paired
             prog = sweep.make_program(spec, groups[0], 2, dev, form=form)
             grid = sweep.chunk_grid(spec, groups[0], chunks[0])
             conds.append(prog.fn.lower(np.uint32(0), grid).as_text().count("stablehlo.case"))
-            out.append(sweep.run(spec, devices=dev, progress=False, compiler_options=sweep.CPU_COMPILER_OPTIONS))
+            out.append(sweep.run(spec, devices=dev, progress=False, compiler_options=tuning.CPU_COMPILER_OPTIONS))
     finally:
         for alg in algs:
             algorithms._REGISTRY.pop(alg.name, None)

@@ -17,11 +17,12 @@ from xla_env import xla_flags
 
 from bec_jax import files
 from bec_jax.cli import commands as cli
-from bec_jax.engine import execute, memory
+from bec_jax.engine import execute, memory, tuning
+from bec_jax.prediction import sizes as prediction_sizes
 from bec_jax.prediction import sweep
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
-from bec_jax.run import runner
+from bec_jax.run import rundir, runner
 
 ARRAYS = ("steps", "mean", "std", "sem", "alive", "final", "diverged_step", "auc_seed")
 
@@ -73,11 +74,12 @@ def test_estimate_bounds_xla_buffer_assignment(env, alg, hp, seeds, G, K, L):
         m = compiled.memory_analysis()
         return m.temp_size_in_bytes + m.output_size_in_bytes + m.argument_size_in_bytes
 
-    sz = memory.sizes(spec)
+    sz = prediction_sizes.sizes(spec)
     est = memory.call_bytes(sz, G, seeds, L, False)
     est_seg = memory.call_bytes(sz, G, seeds // 2, 2, True)
     for fast in (True, False):
-        form = sweep.choose_form(spec, dev, groups[0], sweep.CPU_COMPILER_OPTIONS if fast else sweep.CPU_LIGHT_OPTIONS)
+        form = tuning.choose_form(spec, dev, groups[0], tuning.CPU_COMPILER_OPTIONS if fast else tuning.CPU_LIGHT_OPTIONS,
+                                  front=sweep)
         full = xla(sweep.make_program(spec, groups[0], G, dev, form=form).fn.lower(np.uint32(0), grid).compile())
         assert 1.0 <= est / full <= 3.0, (fast, est, full)
         sp = sweep.make_segment_programs(spec, groups[0], G, seeds // 2, 2, dev, form=form)
@@ -89,8 +91,8 @@ def test_estimate_bounds_xla_buffer_assignment(env, alg, hp, seeds, G, K, L):
 def test_plan_chunks_seeds_only_when_a_point_does_not_fit():
     spec = SweepSpec(env="baird", algorithm="td", hyperparameters={"alpha": [0.1]}, steps=100,
                      seeds=30_000_000, log_every=10)
-    sz = memory.sizes(spec)
-    p = memory.plan(spec, 1, memory_budget=3 * 10**9, host_budget=10**12)
+    sz = prediction_sizes.sizes(spec)
+    p = sweep.plan_memory(spec, 1, memory_budget=3 * 10**9, host_budget=10**12)
     assert p.segmented and p.seeds < spec.seeds and p.grid == 1
     assert p.device_bytes <= 3 * 10**9
     assert memory.call_bytes(sz, 1, spec.seeds, 1, False) > 3 * 10**9  # all seeds would not fit
@@ -98,7 +100,7 @@ def test_plan_chunks_seeds_only_when_a_point_does_not_fit():
     std = SweepSpec(env="boyan_chain", algorithm="ctdc", hyperparameters={
         "alpha": list(np.geomspace(1e-3, 1, 24)), "beta": list(np.geomspace(1e-3, 1, 24)), "zeta": [0.5]},
         steps=1000, seeds=50, log_every=10)
-    q = memory.plan(std, 1, memory_budget=2 << 30)
+    q = sweep.plan_memory(std, 1, memory_budget=2 << 30)
     assert (q.grid, q.seeds, q.blocks, q.segmented) == (576, 50, 100, False)
 
 
@@ -199,7 +201,7 @@ def test_in_memory_logs_refused_without_a_directory(monkeypatch):
     spec = SweepSpec(env="baird", algorithm="td", hyperparameters={"alpha": [0.1]}, steps=10**9, seeds=2,
                      log_every=1)
     with pytest.raises(memory.TooLarge, match=r"^log_every: .* host memory; .*--out"):
-        memory.plan(spec)
+        sweep.plan_memory(spec)
 
 
 # ------------------------------------------------------------------ out of memory at run time
@@ -239,7 +241,7 @@ def test_injected_oom_inside_a_segment_keeps_the_finished_segments(tmp_path, ref
     with pytest.raises(memory.OutOfMemory):
         runner.run_to_dir(spec, out, devices=jax.devices()[:1], progress=False, seed_chunk=4,
                           segment_blocks=3)
-    ck = runner.ChunkStore(out).restore(0)
+    ck = rundir.ChunkStore(out).restore(0)
     assert ck is not None and ck["next_block"] == 3 and len(ck["carries"]) == 2
     monkeypatch.setattr(execute, "call", real)
     assert_same(ref, runner.run_to_dir(None, out, resume=True, devices=jax.devices()[:1], progress=False))
@@ -286,7 +288,7 @@ LONG = ["run", "--env", "boyan_chain", "--algorithm", "ctdc", "--alpha", "0.1", 
 def test_sigterm_stops_at_a_segment_and_resume_is_identical(tmp_path):
     env = dict(xla_flags(devices=1), BEC_JAX_NO_CACHE="1")
     out = tmp_path / "long"
-    ck = out / "chunks" / "chunk_00000" / runner.CHECKPOINT_FILE
+    ck = out / "chunks" / "chunk_00000" / rundir.CHECKPOINT_FILE
     proc = subprocess.Popen([sys.executable, "-c", DRIVER, *LONG, "--out", str(out)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()

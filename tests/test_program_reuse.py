@@ -3,7 +3,6 @@ grid size within its bucket, compiles nothing (in one process, and in a second
 `bec-jax run` with the persistent cache), and the padding changes no real
 point's result. Compiles are counted by JAX's own compile events and logs."""
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -170,14 +169,14 @@ def test_programs_are_kept_on_disk_only_when_their_key_covers_them(tmp_path, mon
     import dataclasses
 
     from bec_jax import algorithms
-    from bec_jax.engine.plan import plan
+    from bec_jax.prediction.plan import plan
     monkeypatch.setattr(program_cache, "cache_dir", lambda: str(tmp_path))
-    form = tuning.choose_form(SweepSpec(**SMALL, hyperparameters={"alpha": list(FIVE)}))
+    form = tuning.choose_form(SweepSpec(**SMALL, hyperparameters={"alpha": list(FIVE)}), front=sweep)
     devices = jax.devices()[:1]
 
     def key(spec, size=6):
         (group,), _ = plan(spec, size)
-        return program_cache.file_key(spec, group, size, devices, form, "prediction")
+        return program_cache.file_key(spec, group, size, devices, form, sweep)
 
     base = SweepSpec(**SMALL, hyperparameters={"alpha": list(FIVE)})
     k = key(base)
@@ -211,7 +210,7 @@ def test_control_programs_are_kept_on_disk_only_for_tasks_the_key_follows(tmp_pa
     def key(**kw):
         spec = ControlSpec(algorithm="q", hyperparameters={"alpha": [0.5]}, seeds=2, episodes=3, **kw)
         (group,), _ = control.plan(spec, 1)
-        return program_cache.file_key(spec, group, 1, devices, tuning.choose_form(spec, devices), "control")
+        return program_cache.file_key(spec, group, 1, devices, tuning.choose_form(spec, devices, front=control), control)
 
     assert key(task="cliff_walking") is not None
     assert key(task="examples.gridworld:make_gridworld") is None
@@ -270,12 +269,11 @@ def test_a_control_sweep_with_other_step_sizes_reuses_its_program():
 
 
 def test_a_sweep_in_several_chunks_keeps_its_chunk_size_within_a_bucket():
-    from bec_jax.engine import memory
 
     def chunk(points):  # 200 seeds: more runs than the CPU cache-sized call holds, so several chunks
         spec = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=tuple(np.linspace(1e-3, 1e-2, points)),
                          beta=(0.1,), zeta=(0.1,), seeds=200, steps=1000)
-        return memory.plan(spec, 1, device=jax.devices("cpu")[0]).grid
+        return sweep.plan_memory(spec, 1, device=jax.devices("cpu")[0]).grid
 
     # 1000 points in 7 balanced chunks of 143 run as 144, a bucket size, as do 1001-1008;
     # 1010 needs chunks of 145, the next bucket (160).

@@ -3,7 +3,9 @@ compiled program, and each gets bit for bit what `sweep.run` gives it alone."""
 import numpy as np
 import pytest
 
-from bec_jax.engine import memory
+from bec_jax.engine import memory, tuning
+from bec_jax.engine.programs import split_joint
+from bec_jax.prediction import sizes as prediction_sizes
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
 
@@ -28,7 +30,7 @@ TWO_MODELS = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1,), env_para
 
 @pytest.fixture(scope="module")
 def together():
-    sweep.clear_compiled()
+    tuning.clear_compiled()
     return sweep.run_many(SPECS + [OTHER_ENV, TWO_MODELS])
 
 
@@ -77,25 +79,25 @@ def test_sweeps_that_do_not_fit_together_run_apart(monkeypatch):
 
 def test_fits_together_adds_the_calls():
     a, b = SPECS[0], SPECS[2]
-    one = memory.call_bytes(memory.sizes(a), a.num_points, a.seeds, a.steps // a.log_every, False)
-    two = memory.call_bytes(memory.sizes(b), b.num_points, b.seeds, b.steps // b.log_every, False)
-    assert memory.fits_together([a, b], memory_budget=one + two)
-    assert not memory.fits_together([a, b], memory_budget=one + two - 1)
+    one = memory.call_bytes(prediction_sizes.sizes(a), a.num_points, a.seeds, a.steps // a.log_every, False)
+    two = memory.call_bytes(prediction_sizes.sizes(b), b.num_points, b.seeds, b.steps // b.log_every, False)
+    assert prediction_sizes.fits_together([a, b], memory_budget=one + two)
+    assert not prediction_sizes.fits_together([a, b], memory_budget=one + two - 1)
     # On a CPU with the default budget, the carried state stays cache-sized.
     big = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=tuple(np.geomspace(1e-3, 0.1, 40)), beta=(0.1,),
                     zeta=(0.01,), seeds=1000, steps=10, log_every=10)
-    assert big.num_points * big.seeds * memory.sizes(big).carry > memory.CPU_CACHE_BYTES
-    assert not memory.fits_together([big, big.replace(algorithm="td", hyperparameters={"alpha": (0.1,)})])
+    assert big.num_points * big.seeds * prediction_sizes.sizes(big).carry > memory.CPU_CACHE_BYTES
+    assert not prediction_sizes.fits_together([big, big.replace(algorithm="td", hyperparameters={"alpha": (0.1,)})])
 
 
 def test_split_joint_undoes_the_device_layout():
     # Two devices, members of 4 and 2 points: device 0 holds points 0-1 of the
     # first and 0 of the second, device 1 the rest.
     out = {"x": np.array([10, 11, 20, 12, 13, 21]), "y": np.arange(12).reshape(6, 2)}
-    a, b = sweep.split_joint(out, [4, 2], 2)
+    a, b = split_joint(out, [4, 2], 2)
     assert a["x"].tolist() == [10, 11, 12, 13] and b["x"].tolist() == [20, 21]
     assert a["y"].tolist() == [[0, 1], [2, 3], [6, 7], [8, 9]] and b["y"].tolist() == [[4, 5], [10, 11]]
-    (only,) = sweep.split_joint(out, [6], 1)
+    (only,) = split_joint(out, [6], 1)
     assert only["x"].tolist() == out["x"].tolist()
 
 

@@ -13,16 +13,22 @@ from xla_env import xla_flags
 
 from bec_jax import algorithms, envs
 from bec_jax.engine import seed_stats, tuning
-from bec_jax.prediction import kernel, sampling, sweep
+from bec_jax.prediction import kernel, sampling, streams, sweep
+from bec_jax.prediction.plan import plan_groups
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import ScheduleSpec, SweepSpec
-from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import metrics
 from bec_jax.transition import Transition
 
 # 50 seeds: with fewer, a batch-shape-dependent rounding can go unnoticed.
 BAIRD = dict(env="baird", algorithm="ctdc", beta=(0.01, 0.1), zeta=(0.01, 0.05), seeds=50,
              steps=200, log_every=20, metrics=("rmscbe", "rmspbe"))
 ALPHAS = (0.3, 0.005, 0.01)  # 0.3 diverges on Baird
+
+
+def choose_form(*args, **kwargs):
+    """`tuning.choose_form` for a prediction sweep (its front weighs the work)."""
+    return tuning.choose_form(*args, front=sweep, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -97,12 +103,12 @@ def test_sweep_equals_plain_loop(sampler_kind, alg, steps):
     smp = sampling.make_sampler(env, sampler_kind)
     A = algorithms.get(alg)
     step = jax.jit(A.apply)
-    key = sweep.seed_keys(spec)[1]
+    key = streams.seed_keys(spec)[1]
     init_key, stream_key = jax.random.split(key)
     s = smp.init(init_key)
     state = A.init(jnp.asarray(env.theta0, jnp.float32))
-    vals = [analysis.rmscbe(env, state.theta)]
-    replay = sweep.seed_transitions(spec, 1)  # the library's replay of the same stream
+    vals = [metrics.rmscbe(env, state.theta)]
+    replay = streams.seed_transitions(spec, 1)  # the library's replay of the same stream
     for t in range(spec.steps):
         j, i = divmod(t, spec.log_every)
         if i == 0:
@@ -114,12 +120,12 @@ def test_sweep_equals_plain_loop(sampler_kind, alg, steps):
         h = {n: float(steps[n][0]) * fac[n] for n in steps}
         state = step(state, tr, h)
         if (t + 1) % spec.log_every == 0:
-            vals.append(analysis.rmscbe(env, state.theta))
+            vals.append(metrics.rmscbe(env, state.theta))
     np.testing.assert_allclose(r.final[0, 0, 1], vals[-1], rtol=2e-5)
     # The sweep's per-seed values are not logged per step, so check the curve via
     # the seed-1 final value and the mean through a second single-seed sweep.
     np.testing.assert_allclose(r.steps, [0, 20, 40, 60])
-    np.testing.assert_allclose(r.final[1, 0, 1], analysis.rmsve(env, state.theta), rtol=2e-5)
+    np.testing.assert_allclose(r.final[1, 0, 1], metrics.rmsve(env, state.theta), rtol=2e-5)
 
 
 def test_curve_matches_loop_at_every_log_point():
@@ -127,13 +133,13 @@ def test_curve_matches_loop_at_every_log_point():
                      steps=90, log_every=30)
     r = sweep.run(spec)
     env = envs.make("two_state")
-    trs = sweep.seed_transitions(spec, 0)
+    trs = streams.seed_transitions(spec, 0)
     state = algorithms.ctd.init(jnp.asarray(env.theta0, jnp.float32))
-    expect = [analysis.rmscbe(env, state.theta)]
+    expect = [metrics.rmscbe(env, state.theta)]
     for t in range(spec.steps):
         state = algorithms.ctd.update(state, jax.tree.map(lambda x: x[t], trs), 0.01, 0.1)
         if (t + 1) % 30 == 0:
-            expect.append(analysis.rmscbe(env, state.theta))
+            expect.append(metrics.rmscbe(env, state.theta))
     np.testing.assert_allclose(r.mean[0, 0], expect, rtol=1e-5)
     assert np.all(r.std[0, 0] == 0)
 
@@ -179,6 +185,7 @@ def test_best_and_sensitivity(full):
 _DEVICE_SCRIPT = """
 import json, sys
 import numpy as np, jax
+from bec_jax.engine import tuning
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
 spec = SweepSpec(alpha=(0.3, 0.005, 0.01), **json.loads(sys.argv[1]))
@@ -189,7 +196,7 @@ s = sweep.run(spec, chunk_size=int(sys.argv[2]), seed_chunk=28, segment_blocks=3
 # points padded to 4).
 j = sweep.run_many([spec, spec.replace(algorithm="td", hyperparameters={"alpha": (0.3, 0.005, 0.01)})])
 # The run-fast form (fusion emitters: paired blocks, updates under sharing) over the devices.
-f = sweep.run(spec, chunk_size=int(sys.argv[2]), compiler_options=sweep.CPU_COMPILER_OPTIONS)
+f = sweep.run(spec, chunk_size=int(sys.argv[2]), compiler_options=tuning.CPU_COMPILER_OPTIONS)
 np.savez(sys.argv[3], mean=r.mean, final=r.final, dstep=r.diverged_step, ndev=len(jax.devices()),
          fast_mean=f.mean, fast_std=f.std, fast_final=f.final, fast_dstep=f.diverged_step,
          joint_mean=j[0].mean, joint_final=j[0].final, joint_td_mean=j[1].mean, joint_td_final=j[1].final,
@@ -242,7 +249,7 @@ def test_programs_are_reused_in_process_only_where_they_are_the_same():
     b = sweep.run(spec.replace(seed=5), progress=False)
     assert b.meta["compiled_programs"] == 0 and b.meta["compile_time_s"] == 0.0
     assert not np.array_equal(a.final, b.final)
-    sweep.clear_compiled()
+    tuning.clear_compiled()
     fresh = sweep.run(spec.replace(seed=5), progress=False)
     assert fresh.meta["compiled_programs"] == 1
     np.testing.assert_array_equal(fresh.mean, b.mean)
@@ -264,8 +271,8 @@ def test_light_and_full_compiles_give_the_same_bits(spec):
     program gives the same bits with XLA:CPU's loop emitters (the default for short
     sweeps) as with its fusion emitters (the default for long ones)."""
     dev = jax.devices()[:1]
-    light = sweep.run(spec, progress=False, devices=dev, compiler_options=sweep.CPU_LIGHT_OPTIONS)
-    full = sweep.run(spec, progress=False, devices=dev, compiler_options=sweep.CPU_COMPILER_OPTIONS)
+    light = sweep.run(spec, progress=False, devices=dev, compiler_options=tuning.CPU_LIGHT_OPTIONS)
+    full = sweep.run(spec, progress=False, devices=dev, compiler_options=tuning.CPU_COMPILER_OPTIONS)
     for k in ("mean", "std", "sem", "alive", "final", "auc_seed", "diverged_step"):
         np.testing.assert_array_equal(getattr(light, k), getattr(full, k), err_msg=k)
 
@@ -277,11 +284,11 @@ def _both_forms(monkeypatch, fn):
     out = []
     choose = tuning.choose_form
     for fast in (True, False):
-        sweep.clear_compiled()  # no program of the other form from the memo
+        tuning.clear_compiled()  # no program of the other form from the memo
         monkeypatch.setattr(tuning, "choose_form",
                             lambda *a, f=fast, **k: choose(*a, **k)._replace(paired=f, share=f))
         out.append(fn())
-    sweep.clear_compiled()
+    tuning.clear_compiled()
     return out
 
 
@@ -303,11 +310,11 @@ def test_run_fast_form_gives_the_same_bits(monkeypatch, case):
     (a reverted, frozen run), an odd number of blocks, segments of 3 blocks with
     seed chunks of 2, and a group of two models."""
     dev = jax.devices()[:1]
-    opts = sweep.CPU_COMPILER_OPTIONS
+    opts = tuning.CPU_COMPILER_OPTIONS
     if case == "several-models":
         spec = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1, 3.0), env_params={"gamma": [0.5, 0.9]},
                          seeds=3, steps=50, log_every=10, divergence_bound=10.0)
-        assert len(sweep.plan_groups(spec)[0].models) == 2
+        assert len(plan_groups(spec)[0].models) == 2
     else:
         spec = DIVERGING_ODD
     kw = {"seed_chunk": 2, "segment_blocks": 3} if case == "segmented" else {}
@@ -324,13 +331,13 @@ def test_form_follows_the_emitters():
     cpu = jax.devices()[:1]
     assert cpu[0].platform == "cpu"
     spec = DIVERGING_ODD
-    for opts in (sweep.CPU_COMPILER_OPTIONS, {}, {"xla_backend_optimization_level": 2}):
-        form = sweep.choose_form(spec, cpu, compiler_options=opts)
+    for opts in (tuning.CPU_COMPILER_OPTIONS, {}, {"xla_backend_optimization_level": 2}):
+        form = choose_form(spec, cpu, compiler_options=opts)
         assert form.emitters == "fusion" and form.paired and form.share
         assert form.compiler_options == (opts or None)  # the user's options, as given
-    light = sweep.choose_form(spec, cpu, compiler_options=sweep.CPU_LIGHT_OPTIONS)
+    light = choose_form(spec, cpu, compiler_options=tuning.CPU_LIGHT_OPTIONS)
     assert light.emitters == "loop" and not light.paired and not light.share
-    assert sweep.choose_form(spec, cpu) == light  # a small sweep: the light compile
+    assert choose_form(spec, cpu) == light  # a small sweep: the light compile
     # On a CPU the run-fast form shares the TD error and phi . u of each step (one
     # conditional each, in the peeled and the looped step of both paired blocks);
     # the plain form has only the revert's conditional.
@@ -339,8 +346,8 @@ def test_form_follows_the_emitters():
     dev = jax.devices()[:1]
 
     def conditionals(fast):
-        form = sweep.choose_form(DIVERGING_ODD, dev, groups[0],
-                                 sweep.CPU_COMPILER_OPTIONS if fast else sweep.CPU_LIGHT_OPTIONS)
+        form = choose_form(DIVERGING_ODD, dev, groups[0],
+                                 tuning.CPU_COMPILER_OPTIONS if fast else tuning.CPU_LIGHT_OPTIONS)
         prog = sweep.make_program(DIVERGING_ODD, groups[0], 2, dev, form=form)
         return prog.fn.lower(np.uint32(0), grid).as_text().count("stablehlo.case")
 
@@ -355,21 +362,21 @@ class _Device:
 def test_default_form():
     cpu, gpu = jax.devices()[:1], [_Device("gpu")]
     small = SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), seeds=2, steps=10, log_every=10)
-    assert sweep.choose_form(small, cpu).compiler_options == sweep.CPU_LIGHT_OPTIONS
-    on_gpu = sweep.choose_form(small, gpu)
+    assert choose_form(small, cpu).compiler_options == tuning.CPU_LIGHT_OPTIONS
+    on_gpu = choose_form(small, gpu)
     assert on_gpu.compiler_options is None and on_gpu.paired and not on_gpu.share
     big = small.replace(seeds=10**6, steps=1000)  # 10^9 updates: run time outweighs compile time
-    assert sweep.choose_form(big, cpu).compiler_options == sweep.CPU_COMPILER_OPTIONS
-    assert sweep.choose_form(small, cpu, updates=10**9).compiler_options == sweep.CPU_COMPILER_OPTIONS
+    assert choose_form(big, cpu).compiler_options == tuning.CPU_COMPILER_OPTIONS
+    assert choose_form(small, cpu, updates=10**9).compiler_options == tuning.CPU_COMPILER_OPTIONS
     multi = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1,), env_params={"gamma": [0.5, 0.9]}, seeds=2,
                       steps=10, log_every=10)
-    (group,) = sweep.plan_groups(multi)
+    (group,) = plan_groups(multi)
     assert len(group.models) == 2
-    assert sweep.choose_form(multi, cpu, group).compiler_options == sweep.CPU_COMPILER_OPTIONS
+    assert choose_form(multi, cpu, group).compiler_options == tuning.CPU_COMPILER_OPTIONS
     # The form is part of the cache's key: another form, another program.
-    (g,) = sweep.plan_groups(small)
-    keys = {tuning.memo_key(small, g, 1, cpu, sweep.choose_form(small, cpu, compiler_options=o), "prediction")
-            for o in (None, sweep.CPU_COMPILER_OPTIONS, {})}
+    (g,) = plan_groups(small)
+    keys = {tuning.memo_key(small, g, 1, cpu, choose_form(small, cpu, compiler_options=o), sweep)
+            for o in (None, tuning.CPU_COMPILER_OPTIONS, {})}
     assert len(keys) == 3
 
 
@@ -399,7 +406,7 @@ def test_run_fast_form_changes_no_bit_of_any_algorithm(monkeypatch):
     dot product computed once a step; log blocks in pairs) in a program shared by
     every built-in algorithm: each gives the same bits as in the plain form."""
     fast, plain = _both_forms(monkeypatch, lambda: sweep.run_many(
-        SHARING_SPECS, devices=jax.devices()[:1], compiler_options=sweep.CPU_COMPILER_OPTIONS))
+        SHARING_SPECS, devices=jax.devices()[:1], compiler_options=tuning.CPU_COMPILER_OPTIONS))
     assert fast[0].meta["shared_program"] == list(algorithms.names())
     for a, b in zip(fast, plain):
         _assert_same_bits(a, b)
@@ -497,10 +504,10 @@ def test_fusion_emitters_update_omega_in_place():
                      seeds=5, steps=40, log_every=10)
     (group,), (chunk,) = sweep.plan(spec, spec.num_points)
     prog = sweep.make_program(spec, group, spec.num_points, devices=jax.devices()[:1],
-                              form=sweep.choose_form(spec, jax.devices()[:1], group, sweep.CPU_COMPILER_OPTIONS))
+                              form=choose_form(spec, jax.devices()[:1], group, tuning.CPU_COMPILER_OPTIONS))
     lowered = prog.fn.lower(np.uint32(0), sweep.chunk_grid(spec, group, chunk))
-    text = lowered.compile(sweep.CPU_COMPILER_OPTIONS).as_text()
+    text = lowered.compile(tuning.CPU_COMPILER_OPTIONS).as_text()
     assert "while(" in text and "multiply_add_fusion" in text
     assert re.findall(r"f32\[5,3\]\{1,0\} copy\(", text) == []
-    without = {k: v for k, v in sweep.CPU_COMPILER_OPTIONS.items() if k != "xla_cpu_copy_insertion_use_region_analysis"}
+    without = {k: v for k, v in tuning.CPU_COMPILER_OPTIONS.items() if k != "xla_cpu_copy_insertion_use_region_analysis"}
     assert re.findall(r"f32\[5,3\]\{1,0\} copy\(", lowered.compile(without).as_text())  # what the option removes

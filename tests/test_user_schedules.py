@@ -12,10 +12,11 @@ from docs_blocks import code
 
 from bec_jax import algorithms, envs
 from bec_jax.cli import commands as cli
-from bec_jax.prediction import sweep
+from bec_jax.prediction import streams, sweep
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = 100.0  # the CLI's default t0; eta's exponent defaults to 1 (it is not alpha, beta or zeta)
@@ -42,7 +43,7 @@ def _spec(**kw):
 def numpy_td(spec: SweepSpec, seed: int, step0: float) -> np.ndarray:
     """theta after TD(0) in float64 NumPy with step size step0 * (t0 / (t + t0)) at
     update t = 0, 1, ..., on the sweep's own transitions of seed `seed`."""
-    tr = jax.tree.map(np.asarray, sweep.seed_transitions(spec, seed))
+    tr = jax.tree.map(np.asarray, streams.seed_transitions(spec, seed))
     theta = np.asarray(envs.make("baird").theta0, np.float64)
     for t in range(spec.steps):
         a = step0 * (T0 / (t + T0))
@@ -59,7 +60,7 @@ def test_readme_scaled_td_under_robbins_monro_matches_numpy(mine):
     for g in range(len(r.grid["eta"])):
         step0 = float(r.grid["eta"][g]) * float(r.grid["c"][g])
         for n in range(spec.seeds):
-            want = analysis.rmscbe(env, numpy_td(spec, n, step0))
+            want = metrics.rmscbe(env, numpy_td(spec, n, step0))
             # The sweep runs in float32 (step size, TD error, theta, metric), the loop
             # in float64: they agree to float32 rounding grown over 1000 steps (seen:
             # at most 1.3e-6 relative). The schedule evaluated one count late is off
@@ -99,7 +100,7 @@ def test_a_direct_call_still_takes_a_schedule(mine):
     from bec_jax.schedules import robbins_monro
     env = envs.make("baird")
     st = algorithms.td.init(jnp.asarray(env.theta0, jnp.float32))
-    tr = jax.tree.map(lambda x: x[0], sweep.seed_transitions(_spec(), 0))
+    tr = jax.tree.map(lambda x: x[0], streams.seed_transitions(_spec(), 0))
     sched = robbins_monro(jnp.float32(0.01), T0, 1.0)
     got = algorithms.td.update(st._replace(count=jnp.int32(7)), tr, sched)
     want = algorithms.td.update(st._replace(count=jnp.int32(7)), tr, algorithms.resolve_step(sched, 7))

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from collections.abc import Callable
 
 import jax
@@ -25,13 +24,12 @@ import numpy as np
 from bec_jax.control import program
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
-from bec_jax.engine import clock, execute, memory, tuning
+from bec_jax.engine import execute, joint, memory
 from bec_jax.engine.buckets import bucket
 from bec_jax.engine.layout import state_axes
 from bec_jax.engine.plan import Group, split
 from bec_jax.engine.programs import Program
 from bec_jax.engine.protocol import check_dtype, gather, round_chunk, run_meta
-from bec_jax.engine.tuning import memo_get, memo_key, memo_put
 
 KIND = "control"
 STEP_COST = 100         # a control step's cost in prediction updates (`updates`)
@@ -40,6 +38,7 @@ SEGMENTS = False        # a chunk runs every seed of its points in one call
 BLOCK_PROGRESS = True   # a chunk reports its episodes every few blocks (`Progress`)
 STATE_COPIES = 4        # live copies of the learner state in a block (the scan's, the revert's)
 LOOP_BYTES = 256        # a run's loop state (task state, features, counters) and keys
+_FRONT = sys.modules[__name__]  # this module: the front the engine is handed
 
 
 class Progress:
@@ -130,7 +129,7 @@ def plan_chunk(spec: ControlSpec, chunk_size: int | None = None, n_devices: int 
 
 
 def plan(spec: ControlSpec, chunk: int):
-    """(groups, chunks) as `bec_jax.prediction.sweep.plan` gives them, and chunks of at
+    """(groups, chunks) as the engine takes them (`engine.plan`), chunks of at
     most `chunk` points: one group of every point, or with task axes that
     cannot be traced (`ControlSpec.task_axes_traced`) one group per
     combination of their values, each its own task and program
@@ -210,7 +209,7 @@ def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memor
                                     device=devices[0], out=out)
     groups, chunks = plan(spec, pl.grid)
     ran = run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
-                     on_chunk=on_chunk, progress=progress)
+                     on_chunk=on_chunk, progress=progress, engine=_FRONT)
     steps = int(sum(int(r["lengths"].sum()) for r in ran.results.values()))
     meta = run_meta(devices, pl.grid, len(chunks), ran, len(done_chunks or {}), work={
         "logged_steps": steps,
@@ -221,45 +220,97 @@ def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memor
     return assemble(spec, groups, chunks, ran.results, meta)
 
 
-run_chunks = execute.run_chunks  # with the programs of the spec's front: this module's
+run_chunks = execute.run_chunks  # called with `engine=` this module
 
 
-def _joint_key(spec: ControlSpec, n_devices: int, device) -> str | None:
-    """What sweeps must share to run as one program (everything but the
-    algorithm and the grid), or None when `spec` takes several calls."""
-    if spec.engine.KIND != KIND or jax.process_count() > 1 or spec.task_axes:  # task axes: a program per task
+def program_sources(spec: ControlSpec) -> tuple:
+    """The task's code the programs bake in, for the executable caches' keys
+    (`ControlSpec.program_sources`)."""
+    return tuple(spec.program_sources())
+
+
+# -- joint runs: the hooks of `engine.joint` ----------------------------------------
+
+def joint_key(spec: ControlSpec, devices) -> tuple | None:
+    """(key, None): what sweeps must share to run as one program (everything
+    but the algorithm and the grid); None when `spec` takes several calls."""
+    if getattr(spec, "KIND", None) != KIND or jax.process_count() > 1 or spec.task_axes:  # a program per task
         return None
     try:
-        if plan_memory(spec, n_devices, device=device).grid < spec.num_points:
+        if plan_memory(spec, len(devices), device=devices[0]).grid < spec.num_points:
             return None
     except memory.TooLarge:
         return None
     d = spec.to_dict()
     for field in ("algorithm", "hyperparameters"):
         d.pop(field)
-    return json.dumps(d, sort_keys=True, default=str)
+    return json.dumps(d, sort_keys=True, default=str), None
+
+
+def fits_together(specs: list, devices) -> bool:
+    """Whether sweeps of one key fit one call together: their calls' device
+    bytes (each as a shared program may run it, `sizes(fused=True)`) within
+    the default budget."""
+    need = sum(memory.call_bytes(sizes(s, fused=True), bucket(s.num_points), s.seeds, 1, False) for s in specs)
+    return need <= memory.default_budget(devices[0])
+
+
+def joint_chunks(specs: list, infos: list, devices) -> tuple[list, list]:
+    """Each sweep's one group and one chunk, padded as `run` pads it (the runs,
+    not the points, are padded for the devices: `joint_grid`)."""
+    planned = [plan(s, bucket(s.num_points)) for s in specs]
+    return [g[0] for g, _ in planned], [c[0] for _, c in planned]
+
+
+def joint_grid(spec: ControlSpec, group: Group, chunk, n_devices: int) -> dict:
+    """One member's grid input (`program.grid_inputs`, its runs padded for the devices)."""
+    return program.grid_inputs(spec, group.indices[chunk.indices], n_devices)
+
+
+def joint_progress(specs: list, n_devices: int) -> Progress:
+    """The progress line of a joint program, in the episodes of every sweep."""
+    return Progress(specs[0], 1, 1, n_devices, total=sum(s.num_points * s.seeds * s.episodes for s in specs),
+                    show=jax.process_index() == 0)
+
+
+def _fused(form) -> bool:
+    """Whether a joint program runs the cases of an algorithm as one member:
+    where the compile is most of the cost, the light compile's small sweeps.
+    Under the fusion emitters (over 10^7 run-steps) the cases' extra work and
+    the runs that wait on the slowest of a larger member cost more than the
+    compile saves (benchmarks/README.md, "One member for the cases of an
+    algorithm")."""
+    return form.emitters == "loop"
+
+
+def joint_program(specs: list, groups: list, sizes: list, devices, form, on_block=None) -> Program:
+    """One program for the sweeps (`control.program.make_program`)."""
+    return program.make_program(list(specs), sizes, devices, on_block=on_block, fuse=_fused(form))
+
+
+def split_joint(out, sizes: list, n_devices: int) -> list[dict]:
+    """The joint program's outputs, one dict per member already."""
+    return list(out)
+
+
+def joint_meta(specs: list, m: int, group: Group, chunk, ran, info, devices, form, run_time: float) -> tuple:
+    """(meta, more): member m's meta as `run` gives it, and the program's
+    members, each the algorithm it runs as and the sweeps it runs
+    (`program.fusion`)."""
+    names = [s.algorithm for s in specs]
+    members = [{"runs_as": f.host.name if f.host is not None else specs[f.sweeps[0]].algorithm,
+                "sweeps": [names[i] for i in f.sweeps]} for f in program.fusion(list(specs), not _fused(form))]
+    steps = int(ran.results[0]["lengths"].sum())
+    return run_meta(devices, chunk.n, 1, ran, 0, work={
+        "logged_steps": steps, "steps_per_s": steps / run_time if run_time > 0 else None}), {"members": members}
 
 
 def shared_programs(specs: list, devices=None) -> list[list[int]]:
     """How `run_many` runs `specs`: lists of their indices, one per compiled
     program (a list of one: that sweep runs alone, by `run`). Sweeps join the
     program of the first sweep with their key while their calls' device bytes
-    together fit the memory budget."""
-    devices = list(devices) if devices is not None else jax.devices()
-    n, budget = len(devices), memory.default_budget(devices[0])
-    packs, open_pack, used = [], {}, {}
-    for i, spec in enumerate(specs):
-        key = _joint_key(spec, n, devices[0])
-        need = memory.call_bytes(sizes(spec, fused=True), bucket(spec.num_points), spec.seeds, 1, False)
-        if key is None:
-            packs.append([i])
-            continue
-        if key not in open_pack or used[key] + need > budget:
-            open_pack[key], used[key] = [], 0
-            packs.append(open_pack[key])
-        open_pack[key].append(i)
-        used[key] += need
-    return packs
+    together fit the memory budget (`engine.joint.shared_programs`)."""
+    return joint.shared_programs(specs, _FRONT, devices)
 
 
 def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
@@ -273,79 +324,9 @@ def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
     program's compile and run times are in the meta of the first sweep it ran
     (with `shared_program`, the algorithms it ran, and `shared_program_index`);
     every sweep's meta has `members`: the program's members, each the algorithm
-    it runs as and the sweeps it runs (`program.fusion`)."""
-    devices = list(devices) if devices is not None else jax.devices()
-    out: list = [None] * len(specs)
-    for pack in shared_programs(specs, devices):
-        if len(pack) == 1:
-            out[pack[0]] = run(specs[pack[0]], devices=devices, compiler_options=compiler_options,
-                               progress=progress)
-        else:
-            for i, r in zip(pack, _run_joint([specs[i] for i in pack], devices, compiler_options, progress)):
-                out[i] = r
-    return out
-
-
-def _inputs(spec: ControlSpec, grids: tuple, placed) -> tuple:
-    """(seed, grids) placed as a joint program wants them."""
-    return (execute.place(np.uint32(spec.seed), placed[0]),
-            tuple({k: execute.place(v, placed[1]) for k, v in g.items()} for g in grids))
-
-
-def _run_joint(specs: list, devices, compiler_options: dict | None, progress: bool | None = False) -> list[ControlResult]:
-    """Sweeps that `shared_programs` packed, run by one program."""
-    for spec in specs:
-        check_dtype(spec)
-    n_dev = len(devices)
-    groups, chunks = zip(*(plan(s, bucket(s.num_points)) for s in specs))  # padded as `run` pads them
-    chunks = [c[0] for c in chunks]
-    sizes_ = [len(c.indices) for c in chunks]  # the runs, not the points, are padded for the devices
-    form = tuning.choose_form(specs[0], devices, None, compiler_options, updates=sum(updates(s) for s in specs))
-    # One member for the cases of an algorithm where the compile is most of
-    # the cost: the light compile's small sweeps. Under the fusion emitters
-    # (over 10^7 run-steps) the cases' extra work and the runs that wait on the
-    # slowest of a larger member cost more than the compile saves
-    # (benchmarks/README.md, "One member for the cases of an algorithm").
-    fuse = form.emitters == "loop"
-    memo = tuple(memo_key(s, g[0], n, devices, form, KIND) for s, g, n in zip(specs, groups, sizes_)) + ("joint",)
-    t = time.perf_counter()
-    grids = tuple(program.grid_inputs(s, g[0].indices[c.indices], n_dev) for s, g, c in zip(specs, groups, chunks))
-    bar = None
-    if execute.want_block_progress(progress):  # a program with a callback is not kept (as run_chunks)
-        bar = Progress(specs[0], 1, 1, n_dev, total=sum(s.num_points * s.seeds * s.episodes for s in specs),
-                       show=jax.process_index() == 0)
-    hit, made = (memo_get(memo) if bar is None else None), 0
-    if hit is None:
-        prog = program.make_program(list(specs), sizes_, devices, on_block=bar, fuse=fuse)
-        placed = execute.placements(prog.mesh, devices[0])
-        hit, made = (clock.compile_program(prog.fn, _inputs(specs[0], grids, placed), form.compiler_options),
-                     placed), 1
-        if bar is None:
-            memo_put(memo, hit)
-    args = _inputs(specs[0], grids, hit[1])
-    compile_time = time.perf_counter() - t if made else 0.0
-    t = time.perf_counter()
-    try:
-        outs = jax.device_get(execute.call(hit[0], *args))
-    finally:
-        if bar is not None:
-            bar.end_chunk()
-            bar.close()
-    run_time = time.perf_counter() - t
-    names, results = [s.algorithm for s in specs], []
-    members = [{"runs_as": f.host.name if f.host is not None else specs[f.sweeps[0]].algorithm,
-                "sweeps": [names[i] for i in f.sweeps]} for f in program.fusion(list(specs), not fuse)]
-    for m, (spec, g, c, part) in enumerate(zip(specs, groups, chunks, outs)):
-        first = m == 0
-        part = {k: np.asarray(v)[: c.n] for k, v in part.items()}
-        ran = execute.ChunkRun({0: part}, compile_time if first else 0.0, run_time if first else 0.0,
-                               made if first else 0, c.n if first else 0)
-        steps = int(part["lengths"].sum())
-        meta = {**run_meta(devices, c.n, 1, ran, 0, work={
-            "logged_steps": steps, "steps_per_s": steps / run_time if run_time > 0 else None}),
-            "shared_program": names, "shared_program_index": m, "members": members}
-        results.append(assemble(spec, list(g), [c], ran.results, meta))
-    return results
+    it runs as and the sweeps it runs (`program.fusion`). The runner is the
+    engine's, `engine.joint.run_many`."""
+    return joint.run_many(specs, _FRONT, devices=devices, compiler_options=compiler_options, progress=progress)
 
 
 def final_states(spec: ControlSpec):

@@ -3,16 +3,16 @@
     protocol    the interface a front implements (Engine), and what fronts share:
                 the float64 guard, chunk rounding, gather, the meta record
     layout      which state leaves are batched; the seed-major axis order
-    streams     each seed's random stream (keys, block uniforms, its transitions)
+    streams     each seed's random stream (its key, its block uniforms)
     seed_stats  bit-exact statistics over seeds, in the program and on the host
     tuning      compiler options, the program's run-fast form, the executable cache
-    plan        groups of grid points, chunks, a chunk's grid input
-    kernel      the traced pieces of one group's program (setup, start, blocks, finish)
-    programs    the kernel compiled: whole-run, joint and segment programs, meshes
+    plan        groups of grid points and their chunks, padding
+    programs    the program record, jit over the grid, meshes, segment programs
     execute     running chunks: placement, segments, progress, checkpoints
+    joint       several sweeps of one front in one program (run_many)
 
-The prediction front (`bec_jax.prediction.sweep`: `run`, `run_many`, `assemble`) and the
-control front (`bec_jax.control.sweep`) sit above it, each an `Engine`; a spec
-names its front (`spec.engine`). Importing this package imports none of its
-modules.
+The fronts (the prediction sweep's, the control sweep's) sit above it, each
+an `Engine`, and hand the engine their programs, sizes and hooks through that
+protocol; the engine imports no front. Importing this package imports none of
+its modules.
 """

@@ -2,16 +2,17 @@
 
 `run_chunks` compiles each group's program once (or takes it from the process's
 cache, `tuning.memo_get`), places a chunk's inputs on the devices, runs every
-chunk not yet done and hands each chunk's outputs to `on_chunk`. A chunk whose
-memory plan asks for it runs in time segments and seed chunks
-(`make_segment_programs`), its logs written as they come into `MemoryOutputs`
-or the runner's chunk store, with checkpoints for resuming. Progress is a bar
-advanced by a host callback (`BlockProgress`) or a line per chunk or segment.
+chunk not yet done and hands each chunk's outputs to `on_chunk`; the programs
+are the front's (`engine.protocol.Engine`). A chunk whose memory plan asks for
+it runs in time segments and seed chunks (the front's
+`make_segment_programs`), its logs written as they come into `MemoryOutputs`
+or the runner's chunk store, with checkpoints for resuming. Progress is the
+front's bar advanced by a host callback (`Engine.Progress`) or a line per
+chunk or segment.
 """
 from __future__ import annotations
 
 import sys
-import threading
 import time
 import warnings
 from typing import Callable, NamedTuple
@@ -22,50 +23,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bec_jax.engine import clock, memory, program_cache, tuning
 from bec_jax.engine.plan import Chunk, Group, pad
-from bec_jax.engine.programs import GRID_AXIS, make_segment_programs, segment_mesh
+from bec_jax.engine.programs import GRID_AXIS, segment_mesh
 from bec_jax.engine.seed_stats import combine_seeds
 from bec_jax.engine.tuning import memo_get, memo_key, memo_put
-from bec_jax.prediction.spec import SweepSpec
-
-
-class BlockProgress:
-    """A progress bar (tqdm) in steps over the chunks a run computes, advanced by
-    a host callback every few log blocks (see `make_program`); shown once the
-    run has taken 2 s."""
-
-    def __init__(self, spec: SweepSpec, chunks_todo: int, chunks_total: int, local_shards: int,
-                 show: bool = True):
-        from tqdm.auto import tqdm
-        self.steps, self.K, self.shards = spec.steps, spec.log_every, max(1, local_shards)
-        self.total_chunks = chunks_total
-        self.bar = tqdm(total=chunks_todo * spec.steps, unit="step", unit_scale=True, delay=2.0, file=sys.stderr,
-                        desc="[bec-jax]", dynamic_ncols=True, leave=True, disable=not show)
-        self._ticks, self._last = 0, 0
-        self._lock = threading.Lock()
-
-    def chunk(self, i: int) -> None:
-        """Names the chunk now running."""
-        self.bar.set_description(f"[bec-jax] chunk {i + 1}/{self.total_chunks}", refresh=False)
-        self._last = 0
-
-    def __call__(self, j) -> None:
-        """Block j (1-based) of the running chunk has finished on one device."""
-        with self._lock:  # one call per device shard
-            self._ticks += 1
-            if self._ticks % self.shards == 0:
-                step = int(j) * self.K
-                self.bar.update(step - self._last)
-                self._last = step
-
-    def end_chunk(self) -> None:
-        """The chunk is done: the bar moves to its end (the blocks after the last report)."""
-        with self._lock:
-            self.bar.update(self.steps - self._last)
-            self._last = self.steps
-
-    def close(self) -> None:
-        """Closes the bar."""
-        self.bar.close()
 
 
 def want_block_progress(progress: bool | None) -> bool:
@@ -193,20 +153,17 @@ def _write_logs(arrays: dict, n: int, l0: int, stats: tuple) -> int:
     return bad
 
 
-def _run_segmented(spec, progs: dict, c: Chunk, seed_dev, grid, index: int, outputs, on_segment,
+def _run_segmented(spec, engine, progs: dict, c: Chunk, seed_dev, grid, index: int, outputs, on_segment,
                    ranges: list, place_carry, timing: dict) -> dict:
-    """One chunk, segment by segment and seed chunk by seed chunk (see
-    `make_segment_programs`): logs written into `outputs`, the finals returned.
+    """One chunk, segment by segment and seed chunk by seed chunk (the front's
+    `make_segment_programs`): logs written into `outputs` (laid out as the
+    front's `log_shapes` says), the finals returned.
     With one seed chunk the carry stays on the device between segments; with
     several, each chunk's carry waits on the host. A checkpoint (`outputs.checkpoint`)
     is taken when `on_segment` asks for one, and after an out-of-memory error."""
-    N, M = spec.seeds, len(spec.metrics)
-    L = spec.steps // spec.log_every
+    N, L = spec.seeds, engine.log_blocks(spec)
     per_seed = len(ranges) > 1
-    dt = np.dtype(spec.dtype)
-    shapes = {"mean": ((c.n, M, L + 1), dt), "std": ((c.n, M, L + 1), dt), "sem": ((c.n, M, L + 1), dt),
-              "alive": ((c.n, L + 1), np.int32)}
-    arrays = outputs.arrays(index, shapes)
+    arrays = outputs.arrays(index, engine.log_shapes(spec, c.n))
     offsets = [np.int32(o) for o in ranges]
     on_device = (lambda x: place_carry(x)) if per_seed else (lambda x: x)
     ck = outputs.restore(index)
@@ -263,15 +220,15 @@ def _run_segmented(spec, progs: dict, c: Chunk, seed_dev, grid, index: int, outp
     return out
 
 
-def _segment_programs(spec, group: Group, size: int, devices, plan_seeds: int, blocks: int, seed_dev, grid,
-                      form) -> tuple[dict, int]:
+def _segment_programs(spec, engine, group: Group, size: int, devices, plan_seeds: int, blocks: int, seed_dev,
+                      grid, form) -> tuple[dict, int]:
     """The programs of a segmented chunk, compiled: start, advance for each
     segment length in use, finish; and how many were compiled. On one device
     they are compiled ahead of time with `form`'s compiler options; over a mesh, by
     `jit` on first use (their inputs' shardings come from the programs)."""
-    L = spec.steps // spec.log_every
+    L = engine.log_blocks(spec)
     lengths = sorted({n for _, n in _segment_list(L, blocks)})
-    sps = {n: make_segment_programs(spec, group, size, plan_seeds, n, devices, form)
+    sps = {n: engine.make_segment_programs(spec, group, size, plan_seeds, n, devices, form)
            for n in lengths}
     sp = sps[lengths[-1]]
     off = np.int32(0)
@@ -327,7 +284,9 @@ class _Layout(NamedTuple):
 
 def _layout(spec, engine, devices, seeds_per_call: int | None, blocks_per_segment: int | None) -> _Layout:
     """The layout `run_chunks` runs `spec`'s chunks in; refuses one it cannot."""
-    L = spec.steps // spec.log_every if engine.SEGMENTS else 0
+    if engine is None:
+        raise ValueError("engine: run_chunks needs the spec's front (an engine.protocol.Engine)")
+    L = engine.log_blocks(spec) if engine.SEGMENTS else 0
     seeds = min(seeds_per_call or spec.seeds, spec.seeds)
     blocks = min(blocks_per_segment or L, L) if L else 0
     segmented = engine.SEGMENTS and (seeds < spec.seeds or blocks < L)
@@ -376,8 +335,7 @@ class _SegmentLine:
             self.on_segment(i, blocks_done, blocks, checkpoint)
 
 
-def _compile(spec, group: Group, c: Chunk, devices, form, lay: _Layout, make_program, chunk_grid, memo,
-             bar) -> tuple:
+def _compile(spec, engine, group: Group, c: Chunk, devices, form, lay: _Layout, memo, bar) -> tuple:
     """(exe, placements, grid placed, programs compiled) for chunk `c`'s shape:
     the kept program under `memo` if any (grid None: not placed yet), else
     compiled now and kept."""
@@ -388,16 +346,17 @@ def _compile(spec, group: Group, c: Chunk, devices, form, lay: _Layout, make_pro
     if lay.segmented:
         mesh = segment_mesh(devices, size, lay.by_seed)
     else:
-        program = make_program(spec, group, size, devices, on_block=bar, form=form)
+        program = engine.make_program(spec, group, size, devices, on_block=bar, form=form)
         mesh = program.mesh
     placed = placements(mesh, devices[0], lay.by_seed)
     seed_dev = place(np.uint32(spec.seed), placed[0])
-    grid = {k: place(v, placed[1]) for k, v in chunk_grid(spec, group, c).items()}
+    grid = {k: place(v, placed[1]) for k, v in engine.chunk_grid(spec, group, c).items()}
     if lay.segmented:
-        exe, made = _segment_programs(spec, group, size, devices, lay.seeds, lay.blocks, seed_dev, grid, form)
+        exe, made = _segment_programs(spec, engine, group, size, devices, lay.seeds, lay.blocks, seed_dev, grid,
+                                      form)
     else:
         # Kept on disk by what the program is made from: found with nothing traced.
-        key = None if memo is None else program_cache.file_key(spec, group, size, devices, form, spec.engine.KIND)
+        key = None if memo is None else program_cache.file_key(spec, group, size, devices, form, engine)
         exe = program_cache.compile_or_load(key, devices, program.fn, (seed_dev, grid), form.compiler_options)
         made = 1
     memo_put(memo, (exe, placed))
@@ -411,24 +370,23 @@ def _first_of_shape(spec, engine, group: Group, c: Chunk, devices, compiler_opti
     the process's cache or compiled now (`_compile`), in the form
     `tuning.choose_form` picks."""
     t = time.perf_counter()
-    form = tuning.choose_form(spec, devices, group, compiler_options)
-    memo = None if bar is not None else memo_key(spec, group, len(c.indices), devices, form, engine.KIND)
+    form = tuning.choose_form(spec, devices, group, compiler_options, front=engine)
+    memo = None if bar is not None else memo_key(spec, group, len(c.indices), devices, form, engine)
     if memo is not None and lay.segmented:
         memo += ("segmented", lay.seeds, lay.blocks)
-    exe, placed, grid, made = _compile(spec, group, c, devices, form, lay, engine.make_program, engine.chunk_grid,
-                                       memo, bar)
+    exe, placed, grid, made = _compile(spec, engine, group, c, devices, form, lay, memo, bar)
     seconds = time.perf_counter() - t if made else 0.0
     # The seed is placed per run: a memoised program may come from another seed's run.
     return (exe, placed, place(np.uint32(spec.seed), placed[0])), grid, made, seconds
 
 
-def _run_chunk(spec, exe, c: Chunk, seed_dev, grid, i: int, n_chunks: int, lay: _Layout, outputs, seg_line,
-               devices, timing: dict) -> dict:
+def _run_chunk(spec, engine, exe, c: Chunk, seed_dev, grid, i: int, n_chunks: int, lay: _Layout, outputs,
+               seg_line, devices, timing: dict) -> dict:
     """Chunk i's outputs (its real points); a device out-of-memory error becomes
     `memory.OutOfMemory`, one line."""
     try:
         if lay.segmented:
-            return _run_segmented(spec, exe, c, seed_dev, grid, i, outputs, seg_line, lay.ranges,
+            return _run_segmented(spec, engine, exe, c, seed_dev, grid, i, outputs, seg_line, lay.ranges,
                                   _carry_placer(exe, devices), timing)
         out = fetch(call(exe, seed_dev, grid))
         return {name: np.asarray(arr)[: c.n] for name, arr in out.items()}
@@ -441,16 +399,16 @@ def _run_chunk(spec, exe, c: Chunk, seed_dev, grid, i: int, n_chunks: int, lay: 
             "--memory-budget, fewer seeds or a smaller --chunk-size", chunk=i) from None
 
 
-def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], devices, *,
+def run_chunks(spec, groups: list[Group], chunks: list[Chunk], devices, *,
                done: dict | None = None, only=None, compiler_options: dict | None = None,
                on_chunk: Callable | None = None, progress: bool | None = None, engine=None,
                seeds_per_call: int | None = None, blocks_per_segment: int | None = None,
                outputs=None, on_segment: Callable | None = None) -> ChunkRun:
     """Compiles each group's program (once, when its first chunk is due) and runs
     every chunk not in `done` (and, with `only`, in `only`); calls
-    `on_chunk(i, arrays)` after chunk i. `engine`: the front whose
-    `make_program` and `chunk_grid` make the programs (an
-    `engine.protocol.Engine`; default the spec's, `spec.engine`).
+    `on_chunk(i, arrays)` after chunk i. `engine` (required): the spec's front,
+    an `engine.protocol.Engine`, whose `make_program` and `chunk_grid` make
+    the programs and whose `Progress` shows them.
 
     With `seeds_per_call` below the spec's seeds or `blocks_per_segment` below
     its log blocks (a `memory.Plan`), each chunk runs in segments of the time
@@ -460,7 +418,6 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     state, and raise to stop). A device out-of-memory error raises
     `memory.OutOfMemory` (one line) after checkpointing what it can; the chunks
     finished before it have been passed to `on_chunk`."""
-    engine = engine if engine is not None else spec.engine
     lay = _layout(spec, engine, devices, seeds_per_call, blocks_per_segment)
     outputs = outputs if outputs is not None else MemoryOutputs()
     timing = {"run": 0.0}
@@ -474,9 +431,8 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
     bar = None
     if todo and engine.BLOCK_PROGRESS and not lay.segmented and want_block_progress(progress):
         local = [d for d in devices if d.process_index == jax.process_index()]
-        bar = getattr(engine, "Progress", BlockProgress)(spec, len(todo), len(chunks),
-                                                         len(local) if len(devices) > 1 else 1,
-                                                         show=jax.process_index() == 0)
+        bar = engine.Progress(spec, len(todo), len(chunks), len(local) if len(devices) > 1 else 1,
+                              show=jax.process_index() == 0)
     seg_line = _SegmentLine(progress, on_segment, t_start, len(todo), len(done), len(chunks))
     try:
         for n, i in enumerate(todo):
@@ -496,8 +452,8 @@ def run_chunks(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], device
             if grid is None:
                 grid = {k: place(v, placed[1]) for k, v in engine.chunk_grid(spec, groups[c.group], c).items()}
             t = time.perf_counter()
-            results[i] = _run_chunk(spec, exe, c, seed_dev, grid, i, len(chunks), lay, outputs, seg_line, devices,
-                                    timing)
+            results[i] = _run_chunk(spec, engine, exe, c, seed_dev, grid, i, len(chunks), lay, outputs, seg_line,
+                                    devices, timing)
             t_run += time.perf_counter() - t
             if bar is not None:
                 bar.end_chunk()

@@ -1,7 +1,8 @@
 """Memory planning: the size of a sweep on every axis, what fits where, and a
-clear refusal when something cannot. The terms below are a prediction sweep's
-(`sizes`); another front gives `plan` its own (`Sizes`, e.g. the control
-front's `bec_jax.control.sweep.sizes`) and the same plan follows.
+clear refusal when something cannot. A front gives `plan` its sweep's size
+terms (`Sizes`: its `Engine.plan_memory` passes them) and the same plan
+follows for every front; the terms below are those of a front whose programs
+log statistics over seeds every log block.
 
 A sweep of G grid points x N seeds x L log points runs as compiled calls of at
 most `grid` points x `seeds` seeds x `blocks` log blocks (a *segment*). The model
@@ -45,18 +46,13 @@ import shutil
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from bec_jax import files
 from bec_jax.engine.buckets import bucket
-from bec_jax.engine.layout import state_axes
 from bec_jax.files import human
-from bec_jax.prediction import sampling
 
 DEFAULT_BUDGET = 2 << 30        # bytes one compiled call may use by default
-STATE_COPIES = 6                # live copies of the learner state in the scan
-UNIFORM_COPIES = 8              # live copies of a log block's uniforms (two blocks drawn at once, see sweep)
 SEGMENT_UPDATES = 1_000_000_000  # updates per segment: a few seconds on a CPU, less on a GPU
 BLOCK_OVERHEAD = 5000           # a log block's fixed cost, in updates (the time bound of a segment)
 SEGMENT_REPORT_FRACTION = 4     # a segment's reports use at most budget / 4
@@ -214,26 +210,6 @@ class Sizes(NamedTuple):
     block_steps: int = 1  # steps per log block (K)
 
 
-def sizes(spec) -> Sizes:
-    """The sizes of a prediction `SweepSpec`: the state's from the algorithm's
-    init. (Another front gives its own terms to `plan`, `sz`.)"""
-    item = jnp.dtype(spec.dtype).itemsize
-    k = spec.mdp().num_features
-    shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((k,), jnp.dtype(spec.dtype)))
-    # The update counter (axis None) is one copy for every run.
-    axes = jax.tree_util.tree_leaves(state_axes(shapes, spec.algorithm_def.counter), is_leaf=lambda a: a is None)
-    state = sum(int(np.prod(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize
-                for leaf, ax in zip(jax.tree_util.tree_leaves(shapes), axes) if ax is not None)
-    M = len(spec.metrics)
-    nu = sampling.NUM_UNIFORMS[spec.sampler]
-    return Sizes(item=item, metrics=M, state=state,
-                 per_run=STATE_COPIES * state + 8 + 5 * M * item,
-                 per_seed=UNIFORM_COPIES * spec.log_every * nu * item + 32,
-                 report_stats=3 * M * item + 4, report_seed=M * item + 1,
-                 finals=2 * M * item + 4, carry=state + 8 + M * item,
-                 log_points=spec.num_logs, block_steps=spec.log_every)
-
-
 def call_bytes(sz: Sizes, grid: int, seeds: int, blocks: int, per_seed: bool) -> int:
     """Device bytes of one call of `grid` points x `seeds` seeds x `blocks` log blocks."""
     report = grid * seeds * sz.report_seed if per_seed else grid * sz.report_stats
@@ -241,15 +217,13 @@ def call_bytes(sz: Sizes, grid: int, seeds: int, blocks: int, per_seed: bool) ->
             + grid * seeds * sz.finals)
 
 
-def log_bytes(spec, sz: Sizes | None = None) -> int:
+def log_bytes(spec, sz: Sizes) -> int:
     """Bytes of the logged arrays of the whole sweep (mean, std, sem per metric, alive)."""
-    sz = sz or sizes(spec)
     return spec.num_points * sz.log_points * (3 * sz.metrics * sz.item + 4)
 
 
-def per_seed_bytes(spec, sz: Sizes | None = None) -> int:
+def per_seed_bytes(spec, sz: Sizes) -> int:
     """Bytes of the per-seed arrays of the whole sweep (finals, areas, divergence steps)."""
-    sz = sz or sizes(spec)
     return spec.num_points * spec.seeds * sz.finals
 
 
@@ -283,18 +257,19 @@ def _seed_chunk(seeds: int, n_devices: int) -> int:
     return max(2, -(-seeds // n_devices)) * n_devices
 
 
-def fits_together(specs, n_devices: int = 1, *, memory_budget: int | None = None, device=None) -> bool:
+def fits_together(specs, n_devices: int = 1, *, sizes, memory_budget: int | None = None, device=None) -> bool:
     """Whether sweeps that each run in one call (see `plan`) fit in one call
-    together (`sweep.run_many` shares a program between them): their calls'
+    together (`engine.joint.run_many` shares a program between them): their calls'
     device bytes summed within the budget and, on a CPU with the default budget,
-    their carried state within `CPU_CACHE_BYTES` per device, as `plan` keeps one."""
+    their carried state within `CPU_CACHE_BYTES` per device, as `plan` keeps one.
+    `sizes(spec)`: a sweep's `Sizes` (its front's)."""
     device = device if device is not None else jax.devices()[0]
     budget = int(memory_budget) if memory_budget is not None else default_budget(device)
     total = carry = 0
     for spec in specs:
         sz = sizes(spec)
         points = bucket(spec.num_points)  # a sweep's chunk is padded to its bucket size
-        total += call_bytes(sz, points, spec.seeds, spec.steps // spec.log_every, False)
+        total += call_bytes(sz, points, spec.seeds, sz.log_points - 1, False)
         carry += points * spec.seeds * sz.carry
     cache = _cache_bytes(device, n_devices, memory_budget)
     return total <= budget and (cache is None or carry <= cache)
@@ -367,7 +342,7 @@ def _blocks_per_segment(sz: Sizes, L: int, grid: int, seeds: int, per_seed: bool
 
 def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_size: int | None = None,
          seed_chunk: int | None = None, segment_blocks: int | None = None, device=None,
-         out: str | None = None, host_budget: int | None = None, sz: Sizes | None = None) -> Plan:
+         out: str | None = None, host_budget: int | None = None, sz: Sizes) -> Plan:
     """The plan of `spec` on `n_devices` devices: the largest grid chunk that fits
     the budget with every seed; if one grid point's seeds do not fit, seed chunks;
     segments of at most SEGMENT_UPDATES updates whose reports fit a quarter of the
@@ -375,12 +350,10 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     (results do not depend on it). `TooLarge` (a ValueError, one line naming the
     field) when even one seed of one point does not fit the budget, when the host
     cannot hold the per-seed results, or (with `out`) when the disk cannot hold the files.
-    `sz`: the spec's size terms (default `sizes(spec)`, a prediction sweep's;
-    a front with other programs gives its own, see `engine.protocol`).
+    `sz`: the spec's size terms, its front's (`Engine.plan_memory` gives them).
     """
     device = device if device is not None else jax.devices()[0]
     budget = int(memory_budget) if memory_budget is not None else default_budget(device)
-    sz = sz if sz is not None else sizes(spec)
     N, L, G_all = spec.seeds, sz.log_points - 1, spec.num_points
 
     seeds = _seeds_per_call(sz, N, G_all, budget, n_devices, seed_chunk)

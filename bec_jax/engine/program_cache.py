@@ -15,7 +15,7 @@ loads its program in about 0.1 s, with nothing traced (`compile_or_load`).
 
 A key must change whenever the program would. So only programs made from
 bec_jax's own code are kept: an algorithm, a metric, a control task or
-feature map (`ControlSpec.program_sources`) or a spec field from elsewhere (a
+feature map (the front's `program_sources`) or a spec field from elsewhere (a
 user's module can change without a trace of it in the key) gives no key,
 and such a program goes through JAX's cache as before. The files live
 beside JAX's persistent cache (`jax_compilation_cache_dir`), and only while
@@ -38,7 +38,6 @@ import jaxlib
 
 from bec_jax.engine import clock, tuning
 from bec_jax.mdp import fingerprint
-from bec_jax.theory import metrics
 
 SUBDIR = "bec_jax_programs"
 FORMAT = 2  # in every key: files of an earlier format are never read
@@ -99,27 +98,27 @@ def cache_dir() -> str | None:
     return os.path.join(base, SUBDIR) if base else None
 
 
-def file_key(spec, group, size: int, devices, form, kind: str, extra: tuple = ()) -> str | None:
+def file_key(spec, group, size: int, devices, form, front, extra: tuple = ()) -> str | None:
     """The key of a program on disk (what `tuning.memo_key` keys in a process,
     with nothing that holds only in this process), or None where the program
     must not be kept: the persistent cache is off, several processes, or
-    anything made outside bec_jax (see the module docstring)."""
+    anything made outside bec_jax (see the module docstring). `front`: the
+    spec's `engine.protocol.Engine` (its `KIND` and `program_sources`)."""
     if cache_dir() is None or jax.process_count() > 1:
         return None
     alg = spec.algorithm_def
     fns = [_ours(alg.init), _ours(alg.update)]
-    fns += [_ours(metrics.metric_def(m).build) for m in getattr(spec, "metrics", ())]
-    # A front's own code in the program (a control task's factory, its feature
-    # map), or a version string of a library that defines it (gymnax).
-    sources = getattr(spec, "program_sources", None)
-    fns += [s if isinstance(s, str) else _ours(s) for s in (sources() if sources is not None else ())]
+    # A front's own code in the program (a metric's builder, a control task's
+    # factory, its feature map), or a version string of a library that defines
+    # it (gymnax).
+    fns += [s if isinstance(s, str) else _ours(s) for s in front.program_sources(spec)]
     if any(f is None for f in fns):
         return None
     d = tuning.spec_shape(spec)
     try:
         parts = json.dumps([FORMAT, d, [fingerprint(m) for m in group.models], fns,
                             getattr(alg, "shares_scalars", False), repr(group.static), len(group.models), size,
-                            [(dev.platform, dev.device_kind, dev.id) for dev in devices], form._asdict(), kind,
+                            [(dev.platform, dev.device_kind, dev.id) for dev in devices], form._asdict(), front.KIND,
                             list(extra), _source_hash(), jax.__version__, jaxlib.__version__,
                             bool(jax.config.jax_enable_x64), _machine()], sort_keys=True)
     except (TypeError, ValueError):  # something that is not plain data: no stable key

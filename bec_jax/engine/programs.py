@@ -1,27 +1,21 @@
-"""Programs: the kernel compiled for a group and a chunk size.
-
-`make_program` chains the kernel over the whole time axis in one call;
-`make_joint_program` does the same for several sweeps that differ only in their
-algorithm (`split_joint` cuts its outputs apart); `make_segment_programs` gives
-the start / advance / finish programs of a run in time segments or seed chunks.
-With several devices the grid axis (or a seed chunk's seed axis) is split over a
-1-D mesh with `shard_map`.
+"""Programs, the part every front shares: the record of a compiled-on-demand
+program (`Program`), jit over the grid (`jit_over_grid`) on a 1-D device mesh
+(`grid_mesh`, `segment_mesh`), the programs of a segmented run
+(`SegmentPrograms`), and a joint program's outputs cut into its members'
+(`split_joint`). A front's program maker (`Engine.make_program`) builds its
+programs from these. With several devices the grid axis (or a seed chunk's seed
+axis) is split over a 1-D mesh with `shard_map`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 
 from bec_jax.engine.plan import Group
-from bec_jax.engine.tuning import KernelForm
-from bec_jax.prediction.kernel import Kernel, make_kernel
-from bec_jax.prediction.spec import SweepSpec
 
 GRID_AXIS = "grid"  # the mesh axis the grid (or a seed chunk's seeds) is split over
 
@@ -31,39 +25,15 @@ class Program:
     """A compiled-on-demand program for one group and a fixed chunk size.
 
     `fn(seed, grid)` runs `chunk` grid points for the spec's seeds: `seed` the
-    base seed (a uint32 scalar), `grid` a dict of (chunk,) arrays: the traced
-    hyperparameters by name and `env_index`.
+    base seed (a uint32 scalar), `grid` a dict of (chunk,) arrays (the
+    front's `chunk_grid`).
     """
 
-    spec: SweepSpec
+    spec: object
     group: Group
     fn: Callable
     chunk: int
     mesh: Mesh | None
-
-
-def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
-                 on_block: Callable | None = None, form: KernelForm | None = None) -> Program:
-    """Python-side setup for one group of `spec`: the models' sampler tables and
-    metrics are baked in, and the returned program maps (base seed, grid chunk)
-    -> statistics, over every seed and the whole time axis in one call.
-
-    With several devices, the grid axis of the chunk is split over them with
-    `shard_map` on a 1-D `Mesh`; `chunk` must be a multiple of the device count.
-    `on_block(j)`, if given, is called on the host after log block j (1-based)
-    every few blocks (one report per `kernel.UPDATES_PER_REPORT`, at most 100 a chunk),
-    once per device holding a shard: a progress report, not a per-step callback.
-    `form`: the program's performance choices (`tuning.KernelForm`; default
-    `tuning.choose_form`'s for a sweep of `spec`); the same results under each.
-    """
-    kern = make_kernel(spec, group, chunk, on_block, form=form, devices=devices)
-    whole = _whole_run(spec, kern)
-
-    def sweep_program(seed, grid):  # the name XLA's module gets (tests count compiles by it)
-        return whole(seed, (grid,))
-
-    mesh = _mesh(devices, chunk)
-    return Program(spec=spec, group=group, fn=jit_over_grid(sweep_program, mesh), chunk=chunk, mesh=mesh)
 
 
 def jit_over_grid(fn: Callable, mesh: Mesh | None) -> Callable:
@@ -76,50 +46,10 @@ def jit_over_grid(fn: Callable, mesh: Mesh | None) -> Callable:
                                  check_vma=False))
 
 
-def _whole_run(spec: SweepSpec, kern: Kernel) -> Callable:
-    """(seed, grids) -> every output of a whole run: the kernel's pieces chained
-    over the whole time axis, the grid axis first."""
-    L = spec.steps // spec.log_every
-
-    def whole(seed, grids):
-        ctx = kern.setup(seed, grids, spec.seed_offset, spec.seeds)
-        carry, first = kern.start(ctx, False)
-        carry, ys = kern.blocks(ctx, carry, jnp.arange(L, dtype=jnp.int32), False)
-        # Stack step 0 in front; move the grid axis first: (M, L+1, G) -> (G, M, L+1).
-        mean, std, sem = (jnp.moveaxis(jnp.concatenate([a[None], b]), (0, 1, 2), (2, 1, 0))
-                          for a, b in zip(first[:3], ys[:3]))
-        alive_t = jnp.concatenate([first[3][None], ys[3]]).T  # (G, L+1)
-        return {"mean": mean, "std": std, "sem": sem, "alive": alive_t, **kern.finish(ctx, carry)}
-
-    return whole
-
-
-def make_joint_program(members: list, devices=None, form: KernelForm | None = None) -> Program:
-    """One program for several sweeps that differ only in their algorithm and its
-    hyperparameters (same models, seeds, steps, sampler, metrics, schedule):
-    `members` is a list of (spec, group, size), their groups of the same models
-    in the same order (one or several), each size (the member's padded points)
-    a multiple of the device count. The transitions are drawn once per seed for
-    all of them (they are the same transitions each sweep draws alone), and the
-    sweeps' points are laid end to end for the metrics and statistics; each
-    point's arithmetic is its own.
-
-    `fn(seed, grids)` takes one grid chunk per member and returns the outputs of
-    every member's points, grid axis first: per device (with a mesh) the
-    members' shares of that device in order; `split_joint` cuts them apart.
-    `form`: as `make_program`'s."""
-    (spec, group, _), others = members[0], members[1:]
-    sizes = [size for *_, size in members]
-    kern = make_kernel(spec, group, sum(sizes), others=tuple((s, g) for s, g, _ in others), form=form,
-                       devices=devices)
-    whole = _whole_run(spec, kern)
-    mesh = _mesh(devices, int(np.gcd.reduce(sizes)))  # every member's size a multiple of the devices
-    return Program(spec=spec, group=group, fn=jit_over_grid(whole, mesh), chunk=sum(sizes), mesh=mesh)
-
-
 def split_joint(out: dict, sizes: list, n_devices: int) -> list[dict]:
-    """A joint program's outputs (see `make_joint_program`) cut into each member's
-    (its `sizes[i]` points, grid axis first, in its chunk's order)."""
+    """A joint program's outputs cut into each member's (its `sizes[i]` points,
+    grid axis first, in its chunk's order), for a program whose outputs hold,
+    per device, the members' shares of that device in order."""
     local = [n // n_devices for n in sizes]
     starts = np.concatenate([[0], np.cumsum(local)])
     parts = [{} for _ in sizes]
@@ -131,7 +61,7 @@ def split_joint(out: dict, sizes: list, n_devices: int) -> list[dict]:
     return parts
 
 
-def _mesh(devices, chunk: int) -> Mesh | None:
+def grid_mesh(devices, chunk: int) -> Mesh | None:
     """The 1-D mesh over `devices` for chunks of `chunk` points (None on one device)."""
     devices = list(devices) if devices is not None else jax.devices()
     if len(devices) <= 1:
@@ -143,17 +73,20 @@ def _mesh(devices, chunk: int) -> Mesh | None:
 
 def segment_mesh(devices, chunk: int, by_seed: bool) -> Mesh | None:
     """The mesh of a segmented chunk's programs: over the seed axis for a seed
-    chunk on several devices (any `chunk`), else as `_mesh` (over the grid)."""
+    chunk on several devices (any `chunk`), else as `grid_mesh` (over the grid)."""
     devices = list(devices)
     if by_seed and len(devices) > 1:
         return Mesh(np.array(devices), (GRID_AXIS,))
-    return _mesh(devices, chunk)
+    return grid_mesh(devices, chunk)
 
 
 class SegmentPrograms(NamedTuple):
-    """The programs of a time-segmented or seed-chunked run of one group (see
-    `make_segment_programs`); each maps explicit state to state, so the carried
-    state can leave the device between calls."""
+    """The programs of a time-segmented or seed-chunked run of one group (a
+    front's `Engine.make_segment_programs`); each maps explicit state to state,
+    so the carried state can leave the device between calls. Chained over
+    every segment and seed chunk they compute exactly what the front's whole-run
+    program does; with `per_seed` the reports are per seed, combined on the
+    host (`seed_stats.combine_seeds`)."""
 
     start: Callable            # (seed, grid, offset) -> (carry, first)
     advance: Callable          # (seed, grid, offset, carry, j0) -> (carry, ys); `blocks` log blocks
@@ -162,82 +95,3 @@ class SegmentPrograms(NamedTuple):
     per_seed: bool
     mesh: Mesh | None
     carry_sharding: Callable   # carry -> its shardings (or None on one device)
-
-
-def make_segment_programs(spec: SweepSpec, group: Group, chunk: int, seeds: int, blocks: int,
-                          devices=None, form: KernelForm | None = None) -> SegmentPrograms:
-    """The three programs of a segmented run of one group: `start` (the initial
-    carry and the step-0 report), `advance` (`blocks` log blocks from block j0 on)
-    and `finish` (the per-seed finals), for `chunk` grid points and `seeds`
-    seeds from seed index `offset` (relative to the spec's seed_offset). With
-    `seeds < spec.seeds` (a seed chunk) the reports are per seed (`per_seed`):
-    the host combines the seed chunks with `seed_stats.combine_seeds`. Chained over every
-    segment and seed chunk they compute exactly what `make_program` does.
-
-    With several devices the grid axis is split over them; in a seed chunk,
-    which has no statistic over seeds inside, the seed axis is (`seeds` must
-    then be a multiple of the device count, `chunk` need not be). `form`: as
-    `make_program`'s."""
-    devices = list(devices) if devices is not None else jax.devices()
-    per_seed = seeds < spec.seeds
-    n_dev = len(devices)
-    by_seed = per_seed and n_dev > 1
-    if by_seed and seeds % n_dev:
-        raise ValueError(f"seeds: a seed chunk must be a multiple of the {n_dev} devices, got {seeds}")
-    kern = make_kernel(spec, group, chunk, form=form, devices=devices)
-    local = seeds // n_dev if by_seed else seeds
-
-    def ctx_of(seed, grid, offset):
-        if by_seed:  # this device's share of the seed chunk
-            offset = offset + jax.lax.axis_index(GRID_AXIS).astype(offset.dtype) * local
-        return kern.setup(seed, (grid,), spec.seed_offset + offset, local)
-
-    def start(seed, grid, offset):
-        return kern.start(ctx_of(seed, grid, offset), per_seed)
-
-    def advance(seed, grid, offset, carry, j0):
-        return kern.blocks(ctx_of(seed, grid, offset), carry, j0 + jnp.arange(blocks, dtype=jnp.int32), per_seed)
-
-    def finish(seed, grid, offset, carry):
-        return kern.finish(ctx_of(seed, grid, offset), carry)
-
-    mesh = segment_mesh(devices, chunk, by_seed)
-    if mesh is None:
-        return SegmentPrograms(jax.jit(start), jax.jit(advance), jax.jit(finish),
-                               blocks, per_seed, None, lambda carry: None)
-    P, g = PartitionSpec, GRID_AXIS
-    E = len(group.models)
-    # carry = (states (N, G, ...), sampler states ((N,) with one model, (E or G, N)
-    # with several), diverged step (G, N), area sums (M, N, G)).
-    if by_seed:
-        state_spec = jax.tree_util.tree_map(lambda ax: P() if ax is None else P(g), kern.axes,
-                                            is_leaf=lambda a: a is None)
-        carry_spec = (state_spec, P(g) if E == 1 else P(None, g), P(None, g), P(None, g))
-        first_spec, ys_spec = (P(None, None, g), P(None, g)), (P(None, None, None, g), P(None, None, g))
-        fin_spec = {"final": P(None, None, g), "auc_seed": P(None, None, g), "diverged_step": P(None, g)}
-        grid_spec = P()
-    else:
-        state_spec = jax.tree_util.tree_map(lambda ax: P() if ax is None else P(None, g), kern.axes,
-                                            is_leaf=lambda a: a is None)
-        samp_spec = P() if E == 1 or 1 < E <= chunk else P(g)
-        carry_spec = (state_spec, samp_spec, P(g), P(None, None, g))
-        if per_seed:
-            first_spec, ys_spec = (P(None, g), P(g)), (P(None, None, g), P(None, g))
-        else:
-            first_spec = (P(None, g),) * 3 + (P(g),)
-            ys_spec = (P(None, None, g),) * 3 + (P(None, g),)
-        fin_spec = {"final": P(g), "auc_seed": P(g), "diverged_step": P(g)}
-        grid_spec = P(g)
-    sm = partial(jax.shard_map, mesh=mesh, check_vma=False)
-    start_fn = jax.jit(sm(start, in_specs=(P(), grid_spec, P()), out_specs=(carry_spec, first_spec)))
-    advance_fn = jax.jit(sm(advance, in_specs=(P(), grid_spec, P(), carry_spec, P()),
-                            out_specs=(carry_spec, ys_spec)))
-    finish_fn = jax.jit(sm(finish, in_specs=(P(), grid_spec, P(), carry_spec), out_specs=fin_spec))
-
-    def carry_sharding(carry):
-        return jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), carry_spec,
-                                      is_leaf=lambda s: isinstance(s, PartitionSpec))
-
-    return SegmentPrograms(start_fn, advance_fn, finish_fn, blocks, per_seed, mesh, carry_sharding)
-
-

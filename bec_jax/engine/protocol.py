@@ -1,11 +1,12 @@
 """The engine interface: what a front (a problem kind) gives the engine and the
 runner, and the pieces every front shares.
 
-A front is a module that plans and runs one kind of spec: `bec_jax.prediction.sweep` for a
-prediction `SweepSpec`, `bec_jax.control.sweep` for a `ControlSpec`. A spec
-names its front (`spec.engine`); the runner, the study runner and the command
-line call the front through this interface and never ask what kind of spec
-they hold. `execute.run_chunks` takes the front for its programs.
+A front is a module that plans and runs one kind of spec (the prediction
+sweep's, the control sweep's); the table of kinds names each kind's front, and
+the runner, the study runner and the command line call the front through this
+interface and never ask what kind of spec they hold. The engine never imports
+a front: `execute.run_chunks`, `joint.run_many`, `tuning.choose_form`,
+`tuning.memo_key` and `program_cache.file_key` take the front as an argument.
 
 Layout convention, the same for every front: a chunk's programs take
 `(seed, grid)` -- the base seed (a uint32 scalar, replicated) and a dict of
@@ -30,23 +31,39 @@ class Engine(Protocol):
     """What a front implements (a module satisfies it structurally).
 
     Attributes:
-      KIND: the front's name ("prediction", "control"), part of the
-        executable cache's key.
+      KIND: the front's name ("prediction", "control"), its specs' `KIND` and
+        part of the executable caches' keys.
       SEGMENTS: whether a chunk may run in time segments and seed chunks
         (`memory.Plan.segmented`); a front without them runs each chunk in one
         call and its memory plan refuses what does not fit.
       BLOCK_PROGRESS: whether its programs report log blocks to a progress bar
-        (`make_program`'s `on_block`).
+        (`make_program`'s `on_block`, a `Progress`).
+      SERIAL_FUSIONS: whether its programs are many small dependent steps,
+        compiled on a CPU with `tuning.CPU_SERIAL_OPTIONS`.
+      Progress: the progress bar `run_chunks` builds where it shows one:
+        `Progress(spec, chunks_todo, chunks_total, local_shards, show=)`,
+        with `chunk(i)`, `__call__` (the programs' `on_block`), `end_chunk()`
+        and `close()`.
+
+    Segmented runs (only a front with SEGMENTS): `make_segment_programs(spec,
+    group, chunk, seeds, blocks, devices, form)` -> `programs.SegmentPrograms`;
+    `log_blocks(spec)`, the log blocks of a run; `log_shapes(spec, n)`,
+    {name: (shape, dtype)} of the logs of a chunk of `n` points, which
+    `execute` writes a segment's reports into (mean, std, sem (n, M, L + 1),
+    alive (n, L + 1)).
 
     Optional: `prefetch_summary(spec, start)`, the work its result's summary
     needs of the spec alone, started in a thread that the runner closes once
-    the summary is written (the prediction front's is
-    `results.prefetch_summary`).
+    the summary is written.
     """
 
     KIND: str
     SEGMENTS: bool
     BLOCK_PROGRESS: bool
+    SERIAL_FUSIONS: bool
+    Progress: type
+
+    # -- planning and the memory plan
 
     def plan_memory(self, spec, n_devices: int = 1, **kwargs) -> memory.Plan:
         """The calibrated `memory.plan` of `spec` with the front's own size
@@ -62,27 +79,78 @@ class Engine(Protocol):
     def num_chunks(self, spec, chunk: int) -> int:
         """How many compiled calls a sweep of `spec` makes with chunks of `chunk` points."""
 
+    def updates(self, spec) -> int | None:
+        """The work of the whole sweep in updates, which `tuning.choose_form`
+        weighs (None: a front whose programs always take the light compile)."""
+
+    # -- programs
+
     def chunk_grid(self, spec, group, chunk) -> dict:
         """The program's grid input for one chunk: (chunk,) NumPy arrays."""
 
     def make_program(self, spec, group, chunk: int, devices=None, on_block=None, form=None):
         """An `engine.programs.Program`: `fn(seed, grid)` for chunks of `chunk` points."""
 
+    def program_sources(self, spec) -> tuple:
+        """The front's code a program of `spec` bakes in beyond the algorithm's
+        (a metric's builder, a task's factory: functions, or strings such as a
+        library's version; None for code no key can follow), for the keys of
+        the executable caches (`tuning.memo_key`, `program_cache.file_key`)."""
+
+    # -- running and results
+
     def run_chunks(self, spec, groups, chunks, devices, **kwargs):
-        """An `execute.ChunkRun`: `engine.execute.run_chunks` with this front's programs."""
+        """An `execute.ChunkRun`: `engine.execute.run_chunks` (pass `engine=` the front)."""
 
     def assemble(self, spec, groups, chunks, results: dict, meta: dict | None = None):
         """The front's result in grid order from every chunk's outputs."""
 
     def run(self, spec, **kwargs):
-        """Plans, runs and assembles a whole sweep (kwargs as `bec_jax.prediction.sweep.run`'s)."""
+        """Plans, runs and assembles a whole sweep (kwargs: chunk_size, devices,
+        memory_budget, progress, compiler_options, on_chunk, done_chunks,
+        memory_plan, out, outputs, on_segment, alloc)."""
 
     def fingerprints(self, spec) -> list[str]:
         """What a resume checks beyond the spec (the models' fingerprints; [] if none)."""
 
-    def updates(self, spec) -> int | None:
-        """The work of the whole sweep in updates, which `tuning.choose_form`
-        weighs (None: a front whose programs always take the light compile)."""
+    # -- joint runs (`engine.joint`)
+
+    def run_many(self, specs: list, **kwargs) -> list:
+        """Every sweep's result, those that can share a program by one (`joint.run_many`)."""
+
+    def shared_programs(self, specs: list, devices=None) -> list[list[int]]:
+        """How `run_many` runs `specs` (`joint.shared_programs`)."""
+
+    def joint_key(self, spec, devices) -> tuple | None:
+        """(key, info): sweeps of one key may share a program; `info` (a
+        memory plan, say) goes back to `joint_chunks` and `joint_meta`. None:
+        `spec` runs alone (several calls, several processes)."""
+
+    def fits_together(self, specs: list, devices) -> bool:
+        """Whether sweeps of one key fit one call together."""
+
+    def joint_chunks(self, specs: list, infos: list, devices) -> tuple[list, list]:
+        """(groups, chunks): each sweep's one group and one chunk, padded as
+        the joint program takes them."""
+
+    def joint_grid(self, spec, group, chunk, n_devices: int) -> dict:
+        """One member's grid input to a joint program."""
+
+    def joint_progress(self, specs: list, n_devices: int):
+        """The progress bar of a joint program (a `Progress`), or None."""
+
+    def joint_program(self, specs: list, groups: list, sizes: list, devices, form, on_block=None):
+        """One `engine.programs.Program` for the sweeps, `fn(seed, grids)`
+        with one grid per member."""
+
+    def split_joint(self, out, sizes: list, n_devices: int) -> list[dict]:
+        """A joint program's outputs (fetched) cut into each member's."""
+
+    def joint_meta(self, specs: list, m: int, group, chunk, ran, info, devices, form,
+                   run_time: float) -> tuple[dict, dict]:
+        """(meta, more): member m's meta, before the shared-program fields, and
+        what follows them; from `ran` (an `execute.ChunkRun`, the compile and
+        run times in the first member's) and the program's `run_time`."""
 
 
 def check_dtype(spec) -> None:

@@ -20,7 +20,6 @@ from typing import NamedTuple
 import jax
 
 from bec_jax.mdp import fingerprint
-from bec_jax.theory import metrics
 
 # Steps per iteration of the inner scan. Unrolling amortises the while loop's
 # per-iteration copies of the carried state (it helps TD in isolation), but lets
@@ -103,7 +102,7 @@ class KernelForm(NamedTuple):
 
 
 def choose_form(spec, devices=None, group=None, compiler_options: dict | None = None,
-                updates: int | None = None) -> KernelForm:
+                updates: int | None = None, front=None) -> KernelForm:
     """The form of a group's program: the one place a program's performance
     choices are made.
 
@@ -119,10 +118,11 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
     one-model run of the same point (tests/test_open_engine.py), while
     one-model programs give the same bits either way (tests/test_sweep.py).
     Off the CPU, no options. `updates`: the work the program runs; by default
-    what the spec's front says (`spec.engine.updates(spec)`; None there takes
-    the light compile); a program shared by several sweeps (`run_many`) gives
-    theirs together. A front with `SERIAL_FUSIONS` gets `CPU_SERIAL_OPTIONS`
-    too. Then `paired` and `share` follow from the emitters and the platform (see
+    what the spec's `front` (an `engine.protocol.Engine`) says,
+    `front.updates(spec)` (None there, or no front, takes the light compile);
+    a program shared by several sweeps (`joint.run_many`) gives theirs
+    together. A front with `SERIAL_FUSIONS` gets `CPU_SERIAL_OPTIONS` too. Then
+    `paired` and `share` follow from the emitters and the platform (see
     `KernelForm`)."""
     platform = (list(devices) if devices is not None else jax.devices())[0].platform
     if compiler_options is not None:
@@ -131,9 +131,11 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
     elif platform != "cpu":
         options, emitters = {}, "fusion"
     else:
-        emitters = _cpu_emitters(group, spec.engine.updates(spec) if updates is None else updates)
+        if updates is None and front is not None:
+            updates = front.updates(spec)
+        emitters = _cpu_emitters(group, updates)
         options = _EMITTER_OPTIONS[emitters]
-        if getattr(spec.engine, "SERIAL_FUSIONS", False):
+        if getattr(front, "SERIAL_FUSIONS", False):
             options = {**options, **CPU_SERIAL_OPTIONS}
     paired = emitters == "fusion"
     return KernelForm(platform=platform, emitters=emitters, paired=paired, share=paired and platform == "cpu",
@@ -195,7 +197,7 @@ def spec_shape(spec) -> dict:
     the grid's values (its columns' names stay). The spec's part of
     `memo_key` and of `engine.program_cache.file_key`. A spec with more of
     its dict taken as input has a `program_shape(d)` that drops it
-    (`ControlSpec.program_shape`: traced task axes)."""
+    (a control spec's `program_shape`: traced task axes)."""
     d = spec.to_dict()
     d.pop("seed", None)
     for field in ("hyperparameters", "env_params"):  # values traced, or in the models and group.static
@@ -207,24 +209,22 @@ def spec_shape(spec) -> dict:
     return hook(d) if hook is not None else d
 
 
-def memo_key(spec, group, size: int, devices, form: KernelForm, kind: str) -> tuple:
+def memo_key(spec, group, size: int, devices, form: KernelForm, front) -> tuple:
     """What a compiled chunk program depends on: the spec but its base seed and
     its grid's values (traced inputs; the names of its columns stay), the
     group's static hyperparameters and models (by content), the algorithm's
-    functions (and whether it shares its scalars), the metrics' builders (a
-    metric registered again under its name bakes other constants into the
-    program), the chunk size, the devices, the program's form (its compiler
-    options included) and `kind`, the front that made the program. So a sweep
+    functions (and whether it shares its scalars), the rest of the code the
+    front bakes into the program (`front.program_sources(spec)`: a metric or
+    a task registered again under its name bakes other constants in), the
+    chunk size, the devices, the program's form (its compiler options
+    included) and the front that made the program (`front.KIND`). So a sweep
     with other step sizes, or another grid size in the same bucket, reuses it."""
     d = spec_shape(spec)
     alg = spec.algorithm_def
     models = tuple(fingerprint(m) for m in group.models)
-    builders = tuple(id(metrics.metric_def(m).build) for m in getattr(spec, "metrics", ()))
-    # A front's own code in the program (a control task registered again under its name)
-    sources = getattr(spec, "program_sources", None)
-    builders += tuple(s if s is None or isinstance(s, str) else id(s) for s in (sources() if sources else ()))
+    builders = tuple(s if s is None or isinstance(s, str) else id(s) for s in front.program_sources(spec))
     return (json.dumps(d, sort_keys=True, default=str), models, id(alg.init), id(alg.update), builders,
             getattr(alg, "shares_scalars", False), group.static, len(group.models), size,
-            tuple(dev.id for dev in devices), json.dumps(form._asdict(), default=str), kind)
+            tuple(dev.id for dev in devices), json.dumps(form._asdict(), default=str), front.KIND)
 
 

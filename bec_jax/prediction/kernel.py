@@ -5,7 +5,7 @@ context of a seed, a grid chunk and a seed range), `start` (the initial carry
 and the step-0 report), `blocks` (a run of log blocks: sample a transition per
 seed, update every (seed, grid point) pair, check divergence once per block,
 report the metrics over seeds) and `finish` (per-seed finals and areas). The
-programs (`bec_jax.engine.programs`) chain them over the whole time axis or
+programs (`bec_jax.prediction.programs`) chain them over the whole time axis or
 over segments of it; either way every run does the same arithmetic.
 """
 from __future__ import annotations
@@ -21,11 +21,12 @@ import numpy as np
 from bec_jax.algorithms.base import sharing
 from bec_jax.engine import divergence
 from bec_jax.engine.layout import counter_index, seed_major, state_axes
-from bec_jax.engine.plan import ENV_INDEX, Group
+from bec_jax.engine.plan import Group
 from bec_jax.engine.seed_stats import alive_count, log_point
 from bec_jax.engine.streams import block_uniforms, per_seed_keys
 from bec_jax.engine.tuning import KernelForm, choose_form
 from bec_jax.prediction import sampling
+from bec_jax.prediction.plan import ENV_INDEX, updates
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.schedules import robbins_monro
 from bec_jax.theory import metrics
@@ -168,7 +169,7 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     under each; default the form a sweep of `spec` on `devices` (None: JAX's
     default devices) gets, `tuning.choose_form`."""
     if form is None:
-        form = choose_form(spec, devices, group)
+        form = choose_form(spec, devices, group, updates=updates(spec))
     dtype = jnp.dtype(spec.dtype)
     models = group.models
     E = len(models)

@@ -22,86 +22,85 @@ on the other points in the grid, the chunk size or the number of devices.
 Memory is O(grid x seeds x state) inside the program and O(grid x log points)
 out of it: no per-step parameters are kept.
 
-`run` does it all: `plan` (groups and chunks), `make_program` (compile),
-`run_chunks` (execute, with resume), `assemble` (the `SweepResult`). `run_many`
-runs several sweeps, one program for those that differ only in algorithm and
-step sizes (`make_joint_program`), each result as `run` gives it. The engine's
-pieces live in `bec_jax.engine` (one job per module); the names re-exported
-here are the ones users and the rest of the library call through `sweep`.
-This module is the prediction front of the engine (`engine.protocol.Engine`,
-named by `SweepSpec.engine`), as `bec_jax.control.sweep` is the control front.
+`run` does it all: `plan` (groups and chunks, `prediction.plan`),
+`make_program` (compile, `prediction.programs`), `run_chunks` (execute, with
+resume, `engine.execute`), `assemble` (the `SweepResult`). `run_many` runs
+several sweeps, one program for those that differ only in algorithm and step
+sizes (`prediction.programs.make_joint_program`), each result as `run` gives
+it (`engine.joint`). This module is the prediction front of the engine
+(`engine.protocol.Engine`), as `bec_jax.control.sweep` is the control front:
+the engine's hooks that live in the prediction package are bound below.
 """
 from __future__ import annotations
 
 import json
-import time
+import sys
 import warnings
 from typing import Callable
 
 import jax
 import numpy as np
 
-from bec_jax.engine import clock, execute, memory, tuning
-from bec_jax.engine.execute import (
-    BlockProgress,
-    ChunkRun,
-    MemoryOutputs,
-    fetch,
-    place,
-    placements,
-    run_chunks,
-)
-from bec_jax.engine.plan import (
-    Chunk,
-    Group,
-    chunk_grid,
-    num_chunks,
-    pad,
-    plan,
-    plan_chunk,
-    plan_groups,
-)
-from bec_jax.engine.programs import (
-    Program,
-    SegmentPrograms,
-    make_joint_program,
-    make_program,
-    make_segment_programs,
-    split_joint,
-)
+from bec_jax import moved
+from bec_jax.engine import execute, joint, memory
+from bec_jax.engine.execute import ChunkRun
+from bec_jax.engine.plan import Chunk, Group, pad
+from bec_jax.engine.programs import split_joint as split_by_device
 from bec_jax.engine.protocol import check_dtype, gather, run_meta
-from bec_jax.engine.streams import seed_keys, seed_transitions
-from bec_jax.engine.tuning import (
-    CPU_COMPILER_OPTIONS,
-    CPU_LIGHT_OPTIONS,
-    LIGHT_COMPILE_UPDATES,
-    KernelForm,
-    choose_form,
-    clear_compiled,
-    memo_get,
-    memo_key,
-    memo_put,
-)
 from bec_jax.files import NpyFile
 from bec_jax.mdp import fingerprint
-from bec_jax.prediction.results import SweepResult, prefetch_summary  # noqa: F401  (the front's summary hook)
+from bec_jax.prediction import plan as planning
+from bec_jax.prediction import programs, results
+from bec_jax.prediction import sizes as prediction_sizes
+from bec_jax.prediction.progress import BlockProgress
+from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
+from bec_jax.theory import metrics
 
 KIND = "prediction"
-SEGMENTS = True        # a chunk may run in time segments and seed chunks
-BLOCK_PROGRESS = True  # programs report log blocks to a progress bar
+SEGMENTS = True         # a chunk may run in time segments and seed chunks
+BLOCK_PROGRESS = True   # programs report log blocks to a progress bar
+SERIAL_FUSIONS = False  # its CPU programs keep XLA's parallel task assigner
+_FRONT = sys.modules[__name__]  # this module: the front the engine is handed
 
-__all__ = [
-    # the prediction front
-    "run", "run_many", "shared_programs", "cost_note", "assemble", "gather", "plan_memory", "fingerprints",
-    # re-exported from bec_jax.engine
-    "Group", "Chunk", "plan_groups", "plan_chunk", "plan", "num_chunks", "chunk_grid",
-    "seed_keys", "seed_transitions",
-    "Program", "SegmentPrograms", "make_program", "make_joint_program", "split_joint", "make_segment_programs",
-    "CPU_COMPILER_OPTIONS", "CPU_LIGHT_OPTIONS", "LIGHT_COMPILE_UPDATES", "KernelForm",
-    "choose_form", "clear_compiled",
-    "run_chunks", "ChunkRun", "MemoryOutputs", "BlockProgress",
-]
+# The engine's hooks (`engine.protocol.Engine`) that live in the prediction package.
+Progress = BlockProgress
+plan_chunk = planning.plan_chunk
+plan = planning.plan
+num_chunks = planning.num_chunks
+chunk_grid = planning.chunk_grid
+updates = planning.updates
+make_program = programs.make_program
+make_segment_programs = programs.make_segment_programs
+run_chunks = execute.run_chunks  # called with `engine=` this module
+prefetch_summary = results.prefetch_summary  # the summary's work of the spec alone, started early
+
+__all__ = ["run", "run_many", "shared_programs", "cost_note", "assemble", "plan_memory", "fingerprints"]
+
+# Names the docs showed as `sweep.X` up to 0.4, now read where they live (one
+# `DeprecationWarning` each, `moved.warn`): {name: (module, attribute)}.
+MOVED = {
+    "CPU_COMPILER_OPTIONS": ("bec_jax.engine.tuning", "CPU_COMPILER_OPTIONS"),
+    "CPU_LIGHT_OPTIONS": ("bec_jax.engine.tuning", "CPU_LIGHT_OPTIONS"),
+    "KernelForm": ("bec_jax.engine.tuning", "KernelForm"),
+    "choose_form": ("bec_jax.engine.tuning", "choose_form"),
+    "seed_keys": ("bec_jax.prediction.streams", "seed_keys"),
+    "seed_transitions": ("bec_jax.prediction.streams", "seed_transitions"),
+}
+
+
+def __getattr__(name: str):
+    """An old name of this module (`MOVED`), read where it lives now, with one
+    warning. `choose_form` comes with this front bound (`front=`), as the old
+    `sweep.choose_form` weighed a prediction sweep's work."""
+    if name not in MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import functools
+    import importlib
+    module, attr = MOVED[name]
+    moved.warn(f"{__name__}.{name}", f"{module}.{attr}")
+    found = getattr(importlib.import_module(module), attr)
+    return functools.partial(found, front=_FRONT) if name == "choose_form" else found
 
 
 def _unbounded_where_diverged(cat: dict, logs: bool = True) -> dict:
@@ -134,8 +133,8 @@ def _check_finite(cat: dict) -> None:
 
 
 def plan_memory(spec: SweepSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
-    """The memory plan of `spec` (`memory.plan`, with a prediction sweep's sizes)."""
-    return memory.plan(spec, n_devices, **kwargs)
+    """The memory plan of `spec` (`memory.plan`, with a prediction sweep's sizes, `prediction.sizes`)."""
+    return prediction_sizes.plan_memory(spec, n_devices, **kwargs)
 
 
 def fingerprints(spec: SweepSpec) -> list[str]:
@@ -143,9 +142,23 @@ def fingerprints(spec: SweepSpec) -> list[str]:
     return sorted({fingerprint(m) for m in spec.point_mdps()})
 
 
-def updates(spec: SweepSpec) -> int:
-    """The sweep's work: every grid point's seeds' updates (`tuning.choose_form` weighs it)."""
-    return spec.num_points * spec.seeds * spec.steps
+def program_sources(spec: SweepSpec) -> tuple:
+    """The metrics' builders, baked into the program (a metric registered again
+    under its name bakes other constants in): for the executable caches' keys."""
+    return tuple(metrics.metric_def(m).build for m in spec.metrics)
+
+
+def log_blocks(spec: SweepSpec) -> int:
+    """The log blocks of a run (a segmented run's time axis)."""
+    return spec.steps // spec.log_every
+
+
+def log_shapes(spec: SweepSpec, n: int) -> dict:
+    """{name: (shape, dtype)} of the logs of a chunk of `n` points, which a
+    segmented run writes its reports into."""
+    M, L, dt = len(spec.metrics), log_blocks(spec), np.dtype(spec.dtype)
+    return {"mean": ((n, M, L + 1), dt), "std": ((n, M, L + 1), dt), "sem": ((n, M, L + 1), dt),
+            "alive": ((n, L + 1), np.int32)}
 
 
 def _steps(spec: SweepSpec, alloc: Callable | None) -> np.ndarray:
@@ -212,7 +225,7 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
         JAX process), else a line per chunk once a multi-chunk run has taken
         more than 2 s. Results do not depend on it.
       compiler_options: XLA options for the compile (default
-        `choose_form`'s: on the CPU a lighter compile for sweeps
+        `engine.tuning.choose_form`'s: on the CPU a lighter compile for sweeps
         under 10^9 updates; none elsewhere). Results do not depend on them.
       on_chunk: called as `on_chunk(index, arrays)` after chunk `index` (of
         `num_chunks(spec, chunk)`) has run, with the program's
@@ -249,7 +262,7 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
     groups, chunks = plan(spec, chunk)
     ran = run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
                      on_chunk=on_chunk, progress=progress, seeds_per_call=pl.seeds,
-                     blocks_per_segment=pl.blocks, outputs=outputs, on_segment=on_segment)
+                     blocks_per_segment=pl.blocks, outputs=outputs, on_segment=on_segment, engine=_FRONT)
     meta = _meta(spec, devices, pl, groups, chunks, ran, len(done_chunks or {}))
     return assemble(spec, groups, chunks, ran.results, meta, alloc=alloc)
 
@@ -268,19 +281,22 @@ def _meta(spec: SweepSpec, devices, pl, groups: list[Group], chunks: list[Chunk]
     return run_meta(devices, pl.grid, len(chunks), ran, resumed, layout, work)
 
 
-def _joint_key(spec, devices) -> tuple | None:
+# -- joint runs: the hooks of `engine.joint` ----------------------------------------
+
+def joint_key(spec, devices) -> tuple | None:
     """(key, memory plan) of `spec` for `run_many`: the key is what sweeps must
     share to run as one program, everything but the algorithm and its
     hyperparameters, and the models (in order: a point's model index must name
-    the same model in every sweep). None when `spec` cannot share (several
-    chunks, groups or calls, logs too large to hold, or several processes)."""
-    if spec.engine.KIND != KIND or jax.process_count() > 1:  # another front's sweep runs on its own
+    the same model in every sweep). None when `spec` cannot share (another
+    front's, several chunks, groups or calls, logs too large to hold, or
+    several processes)."""
+    if getattr(spec, "KIND", None) != KIND or jax.process_count() > 1:  # another front's sweep runs on its own
         return None
-    groups = plan_groups(spec)
+    groups = planning.plan_groups(spec)
     if len(groups) != 1:
         return None
-    pl = memory.plan(spec, len(devices), device=devices[0])
-    if pl.segmented or pl.grid < spec.num_points or memory.log_bytes(spec) > memory.LAZY_LOG_BYTES:
+    pl = prediction_sizes.plan_memory(spec, len(devices), device=devices[0])
+    if pl.segmented or pl.grid < spec.num_points or prediction_sizes.log_bytes(spec) > memory.LAZY_LOG_BYTES:
         return None  # several calls, or logs that a run into a directory would stream to disk
     d = spec.to_dict()
     for field in ("algorithm", "hyperparameters"):
@@ -288,33 +304,57 @@ def _joint_key(spec, devices) -> tuple | None:
     return (json.dumps(d, sort_keys=True, default=str), tuple(fingerprint(m) for m in groups[0].models)), pl
 
 
-def _packs(specs: list, devices) -> tuple[list[list[int]], dict]:
-    """(packs, plans): `specs`' indices in the programs `run_many` gives them, in
-    order of their first sweep, and the memory plan each shareable sweep was
-    judged by."""
-    packs: list[list[int]] = []
-    open_pack: dict = {}  # key -> the pack its next sweep may join
-    plans: dict = {}
-    for i, spec in enumerate(specs):
-        found = _joint_key(spec, devices)
-        if found is None:
-            packs.append([i])
-            continue
-        key, plans[i] = found
-        pack = open_pack.get(key)
-        if pack is None or not memory.fits_together([specs[j] for j in pack] + [spec], len(devices),
-                                                     device=devices[0]):
-            pack = open_pack[key] = []
-            packs.append(pack)
-        pack.append(i)
-    return packs, plans
+def fits_together(specs: list, devices) -> bool:
+    """Whether sweeps of one key fit one call together (`prediction.sizes.fits_together`)."""
+    return prediction_sizes.fits_together(specs, len(devices), device=devices[0])
+
+
+def joint_chunks(specs: list, infos: list, devices) -> tuple[list, list]:
+    """Each sweep's one group and one chunk (as its memory plan lays it out),
+    padded to a multiple of the device count."""
+    groups, chunks = [], []
+    for spec, pl in zip(specs, infos):  # each sweep's memory plan
+        (group,), (chunk,) = plan(spec, pl.grid)  # one group, one chunk: why it could share
+        groups.append(group)
+        chunks.append(chunk._replace(indices=pad(chunk.indices, len(devices))))
+    return groups, chunks
+
+
+def joint_grid(spec: SweepSpec, group: Group, chunk: Chunk, n_devices: int) -> dict:
+    """One member's grid input (`chunk_grid`; its chunk is padded already)."""
+    return chunk_grid(spec, group, chunk)
+
+
+def joint_progress(specs: list, n_devices: int) -> None:
+    """None: a joint prediction program reports no progress."""
+    return None
+
+
+def joint_program(specs: list, groups: list, sizes: list, devices, form, on_block=None):
+    """The joint program of the sweeps (`programs.make_joint_program`); `on_block` is unused."""
+    return programs.make_joint_program(list(zip(specs, groups, sizes)), devices, form)
+
+
+def split_joint(out: dict, sizes: list, n_devices: int) -> list[dict]:
+    """The joint program's outputs cut into each member's (`engine.programs.split_joint`)."""
+    return split_by_device(out, sizes, n_devices)
+
+
+def joint_meta(specs: list, m: int, group: Group, chunk: Chunk, ran: ChunkRun, info, devices, form,
+               run_time: float) -> tuple:
+    """(meta, more): member m's `SweepResult.meta` as `run` gives it; the first
+    member's updates per second are the whole program's."""
+    more = {}
+    if m == 0:
+        total = sum(updates(s) for s in specs)
+        more["updates_per_s"] = total / run_time if run_time > 0 else None
+    return _meta(specs[m], devices, info, [group], [chunk], ran), more  # info: the member's memory plan
 
 
 def shared_programs(specs: list, devices=None) -> list[list[int]]:
     """How `run_many` runs `specs`: lists of their indices, one per compiled
     program (a list of one: that sweep runs alone, by `run`)."""
-    devices = list(devices) if devices is not None else jax.devices()
-    return _packs(specs, devices)[0]
+    return joint.shared_programs(specs, _FRONT, devices)
 
 
 def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
@@ -324,24 +364,14 @@ def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
 
     Sweeps that differ only in their algorithm and its hyperparameters (the
     four algorithms of one task, say) and each fit in one call share one
-    compiled program, as many together as fit one call (`memory.fits_together`):
-    a compile is most of the cost of a small sweep. The rest run one by one
-    with `run` (`shared_programs` tells which). A shared program's compile and
-    run times are in the meta of the first sweep it ran (with `shared_program`,
-    the algorithms it ran, and `shared_program_index`, each sweep's place
-    among them; `cost_note` says it in a line)."""
-    devices = list(devices) if devices is not None else jax.devices()
-    out: list = [None] * len(specs)
-    packs, plans = _packs(specs, devices)
-    for pack in packs:
-        if len(pack) == 1:
-            out[pack[0]] = run(specs[pack[0]], devices=devices, compiler_options=compiler_options,
-                               progress=progress)
-        else:
-            for i, r in zip(pack, _run_joint([specs[i] for i in pack], [plans[i] for i in pack], devices,
-                                             compiler_options)):
-                out[i] = r
-    return out
+    compiled program, as many together as fit one call
+    (`prediction.sizes.fits_together`): a compile is most of the cost of a
+    small sweep. The rest run one by one with `run` (`shared_programs` tells
+    which). A shared program's compile and run times are in the meta of the
+    first sweep it ran (with `shared_program`, the algorithms it ran, and
+    `shared_program_index`, each sweep's place among them; `cost_note` says
+    it in a line). The runner is the engine's, `engine.joint.run_many`."""
+    return joint.run_many(specs, _FRONT, devices=devices, compiler_options=compiler_options, progress=progress)
 
 
 def cost_note(r: SweepResult) -> str:
@@ -355,52 +385,3 @@ def cost_note(r: SweepResult) -> str:
     n = m.get("compiled_programs", 0)
     return (f"{n} programs, " if n > 1 else "") + f"compile {m['compile_time_s']:.2f} s, run {m['run_time_s']:.2f} s" \
         + (f" (one program for {', '.join(shared)})" if shared else "")
-
-
-def _run_joint(specs: list, plans: list, devices, compiler_options: dict | None) -> list[SweepResult]:
-    """Sweeps that `run_many` found able to share one program (each with the
-    memory plan it was judged by), run by one."""
-    n_dev = len(devices)
-    groups, chunks = [], []
-    for spec, pl in zip(specs, plans):
-        (group,), (chunk,) = plan(spec, pl.grid)  # one group, one chunk: why it could share
-        groups.append(group)
-        chunks.append(chunk._replace(indices=pad(chunk.indices, n_dev)))
-    sizes = [len(c.indices) for c in chunks]
-    updates = sum(s.num_points * s.seeds * s.steps for s in specs)
-    form = tuning.choose_form(specs[0], devices, groups[0], compiler_options, updates=updates)
-    t = time.perf_counter()
-    memo = tuple(memo_key(s, g, n, devices, form, "prediction")
-                 for s, g, n in zip(specs, groups, sizes)) + ("joint",)
-
-    def inputs(placed):  # (seed, one grid chunk per sweep), placed as the program wants them
-        return (place(np.uint32(specs[0].seed), placed[0]),
-                tuple({k: place(v, placed[1]) for k, v in chunk_grid(s, g, c).items()}
-                      for s, g, c in zip(specs, groups, chunks)))
-
-    hit, made = memo_get(memo), 0
-    if hit is None:
-        program = make_joint_program(list(zip(specs, groups, sizes)), devices, form)
-        placed = placements(program.mesh, devices[0])
-        args = inputs(placed)
-        hit, made = (clock.compile_program(program.fn, args, form.compiler_options), placed), 1
-        memo_put(memo, hit)
-    else:
-        args = inputs(hit[1])
-    compile_time = time.perf_counter() - t if made else 0.0
-    t = time.perf_counter()
-    out = fetch(execute.call(hit[0], *args))
-    run_time = time.perf_counter() - t
-    results = []
-    names = [s.algorithm for s in specs]
-    for m, (spec, pl, group, chunk, part) in enumerate(zip(specs, plans, groups, chunks,
-                                                           split_joint(out, sizes, n_dev))):
-        first = m == 0
-        ran = ChunkRun({0: {k: v[: chunk.n] for k, v in part.items()}}, compile_time if first else 0.0,
-                       run_time if first else 0.0, made if first else 0, chunk.n if first else 0)
-        meta = {**_meta(spec, devices, pl, [group], [chunk], ran), "shared_program": names,
-                "shared_program_index": m}
-        if first:
-            meta["updates_per_s"] = updates / run_time if run_time > 0 else None
-        results.append(assemble(spec, [group], [chunk], ran.results, meta))
-    return results
