@@ -114,9 +114,9 @@ def test_help_lists_the_registries(capsys):
 
     from bec_jax.control import algorithms as control_algorithms
     from bec_jax.control import tasks as control_tasks
-    from bec_jax.theory import expected_updates as analysis
+    from bec_jax.theory import metrics
     try:
-        analysis.register_metric("help_metric_test", lambda env: np.ones((1, env.num_features + 1)), "a test")
+        metrics.register_metric("help_metric_test", lambda env: np.ones((1, env.num_features + 1)), "a test")
         control_tasks.register("help_task_test", control_tasks.maze)
         control_algorithms.register(dataclasses.replace(control_algorithms.Q, name="help_alg_test"))
         assert main(["run", "--help"]) == 0
@@ -124,7 +124,7 @@ def test_help_lists_the_registries(capsys):
         assert main(["control", "--help"]) == 0
         control_help = " ".join(capsys.readouterr().out.split())
     finally:
-        analysis.METRIC_REGISTRY.pop("help_metric_test", None)
+        metrics.METRIC_REGISTRY.pop("help_metric_test", None)
         control_tasks.TASKS.pop("help_task_test", None)
         control_algorithms.ALGORITHMS.pop("help_alg_test", None)
     assert "rmscbe (default), rmspcbe," in run_help and "fixpoint_distance, help_metric_test" in run_help

@@ -1,4 +1,4 @@
-"""The engine interface: each spec names its front, both fronts implement the
+"""The engine interface: each kind names its front (`run.kinds`), both fronts implement the
 protocol, the runner, the study runner and the CLI never ask a spec its type,
 and control plans its chunks with the calibrated memory plan."""
 import inspect
@@ -13,6 +13,7 @@ from bec_jax.control.spec import ControlSpec
 from bec_jax.engine import execute, memory, protocol
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
+from bec_jax.run import kinds
 
 LIB = os.path.dirname(os.path.abspath(bec_jax.__file__))
 
@@ -26,9 +27,9 @@ def _members():
         list(protocol.Engine.__annotations__)
 
 
-def test_each_spec_names_its_front():
-    assert PREDICTION.engine is sweep
-    assert CONTROL.engine is control_sweep
+def test_each_kind_names_its_front():
+    assert kinds.of_spec(PREDICTION).front is sweep
+    assert kinds.of_spec(CONTROL).front is control_sweep
 
 
 @pytest.mark.parametrize("front", [sweep, control_sweep], ids=["prediction", "control"])
@@ -46,11 +47,13 @@ def test_both_fronts_implement_the_protocol(front):
     assert front.run_chunks is execute.run_chunks  # the chunk loop is the engine's, with the spec's front
 
 
-@pytest.mark.parametrize("module", ["runner.py", "study.py", "cli.py"])
+@pytest.mark.parametrize("module", ["run/runner.py", "run/rundir.py", "run/study.py", "run/figures.py",
+                                    "cli/commands.py"])
 def test_the_runner_study_and_cli_never_ask_a_spec_its_type(module):
     text = open(os.path.join(LIB, module)).read()
     assert not re.search(r"isinstance\([^)]*Spec\)", text), module
     assert 'kind == "control"' not in text and "== CONTROL_KIND" not in text
+    assert not re.search(r"\bspec\.engine\b", text), module  # the front is the table's (`run.kinds`)
 
 
 def test_control_plans_with_the_memory_plan():

@@ -12,10 +12,11 @@ import pytest
 from bec_jax import algorithms, envs
 from bec_jax import mdp as mdp_lib
 from bec_jax.cli import commands as cli
-from bec_jax.prediction import sweep
+from bec_jax.prediction import streams, sweep
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import fixpoints, metrics
 
 SMALL = dict(seeds=6, steps=120, log_every=20)
 
@@ -70,7 +71,7 @@ def test_lambda_positive_matches_a_hand_computed_trace(lambda_sweep):
     r = lambda_sweep
     i = int(np.flatnonzero((r.grid["alpha"] == 0.05) & (r.grid["lambda"] == 0.5))[0])
     env = envs.make("two_state")
-    trs = jax.tree.map(lambda x: np.asarray(x, np.float64), sweep.seed_transitions(r.spec, 3))
+    trs = jax.tree.map(lambda x: np.asarray(x, np.float64), streams.seed_transitions(r.spec, 3))
     theta, e, omega = np.asarray(env.theta0, np.float64), np.zeros(1), 0.0
     for phi, rew, g, phi2, rho in zip(*trs):
         delta = rew + g * phi2 @ theta - phi @ theta
@@ -78,7 +79,7 @@ def test_lambda_positive_matches_a_hand_computed_trace(lambda_sweep):
         theta = theta + 0.05 * (delta - omega) * z
         omega = omega + 0.1 * rho * (delta - omega)
         e = g * 0.5 * z
-    np.testing.assert_allclose(r.final[1, i, 3], analysis.rmsve(env, theta), rtol=1e-4)
+    np.testing.assert_allclose(r.final[1, i, 3], metrics.rmsve(env, theta), rtol=1e-4)
 
 
 def test_lambda_out_of_range_and_undeclared():
@@ -107,7 +108,7 @@ def test_gamma_grid_starts_at_each_closed_form(gamma_sweep):
     for i in range(r.num_points):
         env = envs.make("boyan_chain", gamma=float(r.grid["gamma"][i]))
         for m, name in enumerate(r.metrics):
-            want = analysis.metric(env, name)
+            want = metrics.metric(env, name)
             exact = float(np.linalg.norm(want.R @ env.theta0 + want.h))
             assert r.mean[m, i, 0] == pytest.approx(exact, rel=2e-6)  # float32 of the closed form
             assert r.std[m, i, 0] == 0  # every seed starts at theta0
@@ -217,7 +218,7 @@ def test_user_mdp_from_npz_toml_and_module_give_identical_results(mdp_files, cap
         np.testing.assert_array_equal(outs[label].final, ref.final)
     # And the model is the one written: step 0 is its closed-form RMSVE at theta0.
     env = mdp_lib.make_mdp(**dict(custom_mdp(), gamma=0.8))
-    assert ref.mean[1, 0, 0] == pytest.approx(analysis.rmsve(env, env.theta0), rel=2e-6)
+    assert ref.mean[1, 0, 0] == pytest.approx(metrics.rmsve(env, env.theta0), rel=2e-6)
     assert envs.parameters("mdp.npz") == {"gamma": 0.9}
 
 
@@ -331,7 +332,7 @@ def test_user_algorithm_sweeps_from_python():
     np.testing.assert_allclose(r.mean[:, i], td.mean[:, 1], rtol=1e-5, atol=1e-7)
     # analysis gives its ODE matrix: -c A.
     G, _ = analysis.expected_update(envs.make("two_state"), USER_ALG, {"eta": 1.0, "c": 2.0})
-    np.testing.assert_allclose(G, -2.0 * analysis.td_matrices(envs.make("two_state"))[0])
+    np.testing.assert_allclose(G, -2.0 * fixpoints.td_matrices(envs.make("two_state"))[0])
 
 
 def test_user_algorithm_from_the_command_line(tmp_path, monkeypatch, capsys):
@@ -395,14 +396,14 @@ def test_robbins_monro_schedule_is_resolved_at_the_counter():
                      log_every=20, schedule={"kind": "robbins_monro", "t0": 10.0, "p_alpha": 0.9, "p_beta": 0.55})
     r = sweep.run(spec)
     env = envs.make("two_state")
-    trs = sweep.seed_transitions(spec, 0)
+    trs = streams.seed_transitions(spec, 0)
     st = algorithms.ctd.init(jnp.asarray(env.theta0, jnp.float32))
     a, b = robbins_monro(jnp.float32(0.05), 10.0, 0.9), robbins_monro(jnp.float32(0.2), 10.0, 0.55)
     upd = jax.jit(lambda st, tr: algorithms.ctd.update(st, tr, a, b))
     for t in range(spec.steps):
         st = upd(st, jax.tree.map(lambda x: x[t], trs))
     assert int(st.count) == 60
-    np.testing.assert_allclose(r.final[0, 0, 0], analysis.rmscbe(env, st.theta), rtol=1e-5)
+    np.testing.assert_allclose(r.final[0, 0, 0], metrics.rmscbe(env, st.theta), rtol=1e-5)
     with pytest.raises(ValueError, match="schedule.p_zeta: ctd has no step size zeta"):
         SweepSpec(env="two_state", algorithm="ctd", alpha=0.1, beta=0.1,
                   schedule={"kind": "robbins_monro", "p_zeta": 0.7})

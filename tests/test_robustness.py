@@ -30,8 +30,9 @@ from bec_jax.mdp import make_mdp
 from bec_jax.prediction import sampling, sweep
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import ScheduleSpec, SweepSpec
-from bec_jax.run.runner import ChunkStore
+from bec_jax.run.rundir import ChunkStore
 from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import fixpoints
 
 BEC_JAX = shutil.which("bec-jax") or "bec-jax"
 
@@ -750,8 +751,8 @@ _MDP_SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=l
 @given(random_mdps())
 def test_centered_td_fixpoint_solves_its_equation(model):
     env, kind = model
-    A, b = analysis.centered_td_matrices(env)
-    fs = analysis.centered_td_fixpoint_set(env)
+    A, b = fixpoints.centered_td_matrices(env)
+    fs = fixpoints.centered_td_fixpoint_set(env)
     scale = np.linalg.norm(A) * (1 + np.linalg.norm(fs.theta)) + np.linalg.norm(b)
     assert np.linalg.norm(A @ fs.theta - b) <= 1e-9 * scale
     assert fs.residual <= 1e-9 * scale
@@ -841,7 +842,7 @@ def test_a_part_is_not_refused_for_another_parts_write_probe(tmp_path):
     """Two `--chunks` parts start at once: one may see the other's brief write
     probe in the shared directory before the chunk store exists (a race CI hit)."""
     from bec_jax.prediction.spec import SweepSpec
-    from bec_jax.run import runner
+    from bec_jax.run import rundir, runner
     out = tmp_path / "run"
     out.mkdir()
     (out / ".bec-jax-write-test-99999").write_text("")
@@ -851,5 +852,5 @@ def test_a_part_is_not_refused_for_another_parts_write_probe(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("")  # anything else makes the directory someone else's
-    with pytest.raises(runner.RunError, match="holds no chunk store"):
+    with pytest.raises(rundir.RunError, match="holds no chunk store"):
         runner.run_to_dir(spec, str(other), part=(1, 2), chunk_size=1, devices=jax.devices()[:1], progress=False)

@@ -19,8 +19,8 @@ from xla_env import xla_flags
 
 import bec_jax
 from bec_jax.cli import commands as cli
-from bec_jax.engine import execute
 from bec_jax.prediction import kernel, sweep
+from bec_jax.prediction.progress import BlockProgress
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.run.study import load_frame
@@ -416,7 +416,7 @@ def test_progress_reports_per_log_block_and_changes_no_bit(monkeypatch):
                      log_every=10)
     seen = []
 
-    class Recorder(sweep.BlockProgress):
+    class Recorder(BlockProgress):
         def __call__(self, j):
             seen.append(int(j))
             super().__call__(j)
@@ -425,7 +425,7 @@ def test_progress_reports_per_log_block_and_changes_no_bit(monkeypatch):
             seen.append((self.bar.n, self.bar.total))
             super().close()
 
-    monkeypatch.setattr(execute, "BlockProgress", Recorder)
+    monkeypatch.setattr(sweep, "Progress", Recorder)  # the front's bar
     monkeypatch.setattr(kernel, "UPDATES_PER_REPORT", 2 * 6 * 120 // 4)  # 4 reports per chunk of 2 points
     # One device: with several, each device holding a shard calls back (a CLI test
     # earlier in this process may have exposed both cores as devices).

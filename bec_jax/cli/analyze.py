@@ -208,8 +208,8 @@ def map_values(env_source: str, algorithm, hyper: dict, env_params: dict | None,
 
 def run_divergence(run_dir: str, m: dict) -> dict:
     """`result_divergence` of the finished run in `run_dir` (`bec-jax run --out`)."""
-    from bec_jax.prediction import results
-    r = results.load_result(run_dir)
+    from bec_jax.run import kinds
+    r = kinds.load_result(run_dir)
     if getattr(r, "KIND", None) != "prediction":
         raise ValueError(f"run: {run_dir!r} holds a control run; analyze overlays a prediction sweep")
     return result_divergence(r, m, f"run: {run_dir!r}")

@@ -182,6 +182,37 @@ def config_table(args) -> dict:
     return table
 
 
+def _hyperparameters(args, alg) -> tuple[dict, dict]:
+    """(hyperparameter values, schedule exponents) from the algorithm's own
+    options (`--alpha`, `--p-alpha`, ...); an option it does not take is refused."""
+    hyper, exponents = {}, {}
+    for name, text in args.hyper.items():
+        if name.startswith("p_") and name[2:] in alg.step_sizes:
+            exponents[name[2:]] = float_arg(f"schedule.{name}")(text)
+            continue
+        if name not in alg.names:
+            raise UsageError(f"{name}: unknown option --{name.replace('_', '-')}; {alg.name} takes "
+                             f"{', '.join('--' + n for n in alg.names) or 'no hyperparameters'}; see --help")
+        h = alg.hyperparameter(name)
+        hyper[name] = numbers(name, text) if not h.static else values(name, text)
+    for d in ("p_alpha", "p_beta", "p_zeta"):
+        if getattr(args, d) is not None:
+            exponents[d[2:]] = getattr(args, d)
+    return hyper, exponents
+
+
+def _schedule(args, exponents: dict) -> ScheduleSpec:
+    """The step-size schedule of `--schedule`, `--t0` and the exponents; those two
+    refused with any schedule but Robbins-Monro's."""
+    kind = args.schedule if args.schedule is not None else "constant"
+    sched_kw = {"t0": args.t0} if args.t0 is not None else {}
+    if (sched_kw or exponents) and kind != "robbins_monro":
+        d = "t0" if sched_kw else f"p_{next(iter(exponents))}"
+        raise UsageError(f"schedule.{d}: used only by --schedule robbins_monro, not {kind!r}; "
+                         "remove it or add --schedule robbins_monro")
+    return ScheduleSpec(kind=kind, exponents=exponents, **sched_kw)
+
+
 def spec_from_args(args):
     """Builds a validated `SweepSpec` from parsed `run` arguments (or the TOML file).
 
@@ -199,27 +230,8 @@ def spec_from_args(args):
     missing = [n for n in ("env", "algorithm") if getattr(args, n) is None]
     if missing:
         raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")
-    alg = algorithms.get(args.algorithm)
-    hyper, exponents = {}, {}
-    for name, text in args.hyper.items():
-        if name.startswith("p_") and name[2:] in alg.step_sizes:
-            exponents[name[2:]] = float_arg(f"schedule.{name}")(text)
-            continue
-        if name not in alg.names:
-            raise UsageError(f"{name}: unknown option --{name.replace('_', '-')}; {alg.name} takes "
-                             f"{', '.join('--' + n for n in alg.names) or 'no hyperparameters'}; see --help")
-        h = alg.hyperparameter(name)
-        hyper[name] = numbers(name, text) if not h.static else values(name, text)
-    for d in ("p_alpha", "p_beta", "p_zeta"):
-        if getattr(args, d) is not None:
-            exponents[d[2:]] = getattr(args, d)
-    kind = args.schedule if args.schedule is not None else "constant"
-    sched_kw = {"t0": args.t0} if args.t0 is not None else {}
-    if (sched_kw or exponents) and kind != "robbins_monro":
-        d = "t0" if sched_kw else f"p_{next(iter(exponents))}"
-        raise UsageError(f"schedule.{d}: used only by --schedule robbins_monro, not {kind!r}; "
-                         "remove it or add --schedule robbins_monro")
-    sched = ScheduleSpec(kind=kind, exponents=exponents, **sched_kw)
+    hyper, exponents = _hyperparameters(args, algorithms.get(args.algorithm))
+    sched = _schedule(args, exponents)
     env_params = {}
     for name, vals in args.env_param or ():
         if name in env_params:

@@ -138,11 +138,11 @@ def _run_into_dir(spec, args, command: str):
     and the compilation cache set up, Ctrl-C/SIGTERM stopping after the chunk in
     progress, and `--chunks K/N` parts. Returns the result, or the exit status
     when there is nothing more to print (an interrupted run, a finished part)."""
-    from bec_jax.run import runner
+    from bec_jax.run import rundir, runner
     _enable_x64_for([spec if spec is not None else runner.resume_spec(args.out)])  # None only when resuming
     enable_compilation_cache()
     part = runner.parse_part(args.chunks) if args.chunks is not None else None
-    chunks_dir = os.path.join(args.out, runner.CHUNKS_DIR)
+    chunks_dir = os.path.join(args.out, rundir.CHUNKS_DIR)
     again = f"bec-jax {command} --out {shlex.quote(args.out)} --resume"
     rerun = (f"to continue: {again}" if part is None
              else "to continue: run this part again (its saved chunks are kept)")
@@ -273,10 +273,9 @@ def cmd_study(args) -> int:
 def _open_results(dirs) -> tuple[dict, dict]:
     """({name: result}, {name: its directory}) of run directories and the
     finished sweeps of study directories, each result of its own kind
-    (`results.load_result`: a prediction or a control sweep)."""
+    (`kinds.load_result`: a prediction or a control sweep)."""
     from bec_jax.files import CURVES_FILE
-    from bec_jax.prediction.results import load_result
-    from bec_jax.run import study
+    from bec_jax.run import kinds, study
     paths = {}
     for d in dirs:
         if not os.path.isdir(d):
@@ -290,7 +289,7 @@ def _open_results(dirs) -> tuple[dict, dict]:
             raise UsageError(f"dirs: {d!r} holds neither a run (curves.npz) nor a study (study.json)")
     if not paths:
         raise UsageError("dirs: no finished sweep to plot")
-    return {k: load_result(p) for k, p in paths.items()}, paths
+    return {k: kinds.load_result(p) for k, p in paths.items()}, paths
 
 
 def _confirmations(paths: dict) -> dict:
@@ -364,7 +363,7 @@ def cmd_analyze(args) -> int:
 def cmd_reproduce(args) -> int:
     import importlib
 
-    from bec_jax.run import runner
+    from bec_jax.run import rundir
     if args.paper not in PAPERS:
         raise UsageError(f"paper: unknown paper {args.paper!r}; known: {', '.join(PAPERS)}")
     exp = importlib.import_module("bec_jax.experiments." + {"bec": "paper", "tdrc": "tdrc",
@@ -374,7 +373,7 @@ def cmd_reproduce(args) -> int:
     again = (f"to start it again: bec-jax reproduce --paper {args.paper}{' --quick' if args.quick else ''} "
              f"--out {shlex.quote(out)}")
     guard = _watchdog(args, out, again)  # a bad BEC_JAX_STALL_TIMEOUT is refused before --out is made
-    runner.prepare_out_dir(out, args.overwrite, allow=exp.is_reproduce_dir)
+    rundir.prepare_out_dir(out, args.overwrite, allow=exp.is_reproduce_dir)
     if args.mean_square and args.paper == "control":
         raise UsageError("mean_square: --mean-square checks the prediction reproductions (--paper bec or tdrc)")
     with guard:

@@ -20,7 +20,7 @@ from bec_jax.control import algorithms as control_algorithms
 from bec_jax.control import tasks as control_tasks
 from bec_jax.prediction import sampling
 from bec_jax.prediction.spec import ScheduleSpec, SweepSpec
-from bec_jax.theory import expected_updates as analysis
+from bec_jax.theory import metrics
 
 DISTRIBUTED_HELP = ("join a run of several processes (hosts) with jax.distributed: 'auto' on Slurm or Open "
                     "MPI, else the coordinator (process 0's HOST:PORT), the number of processes and this "
@@ -88,7 +88,7 @@ def _add_run(sub, command) -> None:
     r.add_argument("--p-beta", type=float_arg("schedule.p_beta"), help="default 0.6")
     r.add_argument("--p-zeta", type=float_arg("schedule.p_zeta"), help="default 0.8")
     r.add_argument("--metrics", type=names_arg,
-                   help="comma-separated: " + listing(analysis.metric_names(), default_of(SweepSpec, "metrics")[0],
+                   help="comma-separated: " + listing(metrics.metric_names(), default_of(SweepSpec, "metrics")[0],
                                                        None) + " or package.module:attribute")
     r.add_argument("--dtype", help="float32 (default) or float64")
     r.add_argument("--seed", type=int_arg("seed"), help="default 0")

@@ -34,6 +34,11 @@ def check_stat(stat) -> str:
     return stat
 
 
+def check_metric(results: dict, metric) -> str:
+    """`check_stat(metric)`, in the form every kind's figures take (`run.kinds.Figures`)."""
+    return check_stat(metric)
+
+
 def smoothing_window(episodes: int) -> int:
     """The moving average drawn over episodes: 20, or a tenth of a short run
     (a 20-episode average of a 20-episode run would hide its learning)."""

@@ -31,7 +31,7 @@ from bec_jax.files import (
     read_meta,
     write_json,
 )
-from bec_jax.stats import t_interval, t_quantile
+from bec_jax.stats import t_half_width_of, t_interval
 
 STATS = ("length", "return")
 # What is better for each statistic: fewer steps per episode, more return.
@@ -129,7 +129,7 @@ class ControlResult:
         v = self.values(stat)[i][self.valid[i]]  # (n, E)
         n = v.shape[0]
         mean = v.mean(0) if n else np.full(self.episodes, np.nan)
-        half = t_quantile(n - 1, level) * v.std(0, ddof=1) / np.sqrt(n) if n > 1 else np.full(self.episodes, np.nan)
+        half = t_half_width_of(v, 0, level)
         return np.arange(1, self.episodes + 1), mean, mean - half, mean + half
 
     def curve_by_step(self, i: int, stat: str = "length", points: int = 200, level: float = 0.95):
@@ -146,9 +146,8 @@ class ControlResult:
         x = np.linspace(1, ends[:, -1].min(), points).astype(np.int64)
         idx = np.stack([np.searchsorted(e, x) for e in ends])  # episode in progress at step x
         y = np.take_along_axis(v, np.minimum(idx, self.episodes - 1), axis=1)
-        n = y.shape[0]
         mean = y.mean(0)
-        half = t_quantile(n - 1, level) * y.std(0, ddof=1) / np.sqrt(n) if n > 1 else np.full(len(x), np.nan)
+        half = t_half_width_of(y, 0, level)
         return x, mean, mean - half, mean + half
 
     def auc_seed(self, stat: str = "length") -> np.ndarray:

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import itertools
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -19,7 +18,6 @@ from bec_jax.control import algorithms, tasks
 from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
 KIND = "control"
-ENGINE = "bec_jax.control.sweep"  # the front of this kind (`ControlSpec.engine`)
 DTYPES = ("float32", "float64")
 # The loop's parameters that may also be grid axes (a list of values, at the top
 # level or in `hyperparameters`): the behaviour's and the discount.
@@ -87,7 +85,7 @@ class ControlSpec:
     divergence_bound: float = 1e6
     reward_shift: float = 0.0
 
-    def __post_init__(self):
+    def __post_init__(self):  # noqa: C901  (a validator: one check a field)
         if not isinstance(self.task, str):
             raise ValueError(f"task: unknown task {self.task!r}; known: {', '.join(tasks.names())}")
         tasks.factory(self.task)  # a registered name or package.module:function, imported now
@@ -216,12 +214,6 @@ class ControlSpec:
         return tuple(n for n in self.hyperparameters if n not in LOOP_AXES and n not in self.task_axes)
 
     # --------------------------------------------------------------- derived
-
-    @property
-    def engine(self):
-        """The front that plans and runs this spec, `bec_jax.control.sweep` (an
-        `engine.protocol.Engine`), found by name: it sits above the spec."""
-        return importlib.import_module(ENGINE)
 
     @property
     def algorithm_def(self):
@@ -434,13 +426,3 @@ class ControlSpec:
         d.pop("kind")
         d.update(changes)
         return ControlSpec.from_dict(d)
-
-
-def as_spec(d: dict | ControlSpec) -> ControlSpec:
-    """A `ControlSpec` from itself or a dict."""
-    return d if isinstance(d, ControlSpec) else ControlSpec.from_dict(d)
-
-
-def is_control(d: Any) -> bool:
-    """Whether `d` (a spec or a spec dict) describes a control sweep."""
-    return isinstance(d, ControlSpec) or (isinstance(d, dict) and d.get("kind") == KIND)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bec_jax import files
-from bec_jax.control.results import ControlResult
 from bec_jax.files import (
     CURVES_FILE,
     GRID_PREFIX,
@@ -38,11 +37,10 @@ from bec_jax.files import (
     map_logs,
     maps_file,
     open_log,
-    read_meta,
     write_json,
 )
 from bec_jax.prediction.spec import SweepSpec
-from bec_jax.stats import t_interval, t_quantile
+from bec_jax.stats import t_half_width_from_se, t_interval, t_quantile
 from bec_jax.theory import verdicts
 
 # A summary carries each point's exact verdict up to this many grid points (a
@@ -342,7 +340,7 @@ class SweepResult:
         frames = []
         for m, name in enumerate(self.metrics):
             n = self.alive.astype(float)
-            half = t_quantile(n - 1) * self.sem[m]
+            half = t_half_width_from_se(self.sem[m], n)
             frames.append(pd.DataFrame({
                 "env": self.env, "algorithm": self.algorithm, **cols, "metric": name,
                 "step": np.tile(self.steps, G), "mean": self.mean[m].ravel(), "std": self.std[m].ravel(),
@@ -444,19 +442,13 @@ class SweepResult:
                        diverged_step=z["diverged_step"], meta=meta, spec_dict=spec_dict, auc_seed=auc_seed)
 
 
-# A saved spec's "kind" (none for a prediction sweep) -> the class of its result.
-RESULT_KINDS = {None: SweepResult, ControlResult.KIND: ControlResult}
-
-
-def load_result(out_dir: str):
-    """The result saved in `out_dir`, of whichever kind its `meta.json`'s spec
-    names: a `SweepResult` or a `ControlResult`. `ValueError` naming `dirs` when
-    there is none or the kind is unknown."""
-    spec = (read_meta(out_dir) or {}).get("spec")
-    if not isinstance(spec, dict) or not os.path.isfile(os.path.join(out_dir, CURVES_FILE)):
-        raise ValueError(f"dirs: {out_dir!r} holds no finished run (curves.npz and meta.json)")
-    kind = spec.get("kind")
-    if kind not in RESULT_KINDS:
-        raise ValueError(f"dirs: {out_dir!r} holds a run of an unknown kind {kind!r}; "
-                         f"known: {', '.join(k for k in RESULT_KINDS if k)} (or none: prediction)")
-    return RESULT_KINDS[kind].load(out_dir)
+def __getattr__(name: str):
+    """`results.load_result` of 0.3, which reads a run of any kind: now
+    `bec_jax.run.kinds.load_result` (the table of kinds sits above the fronts),
+    warning once."""
+    if name == "load_result":
+        import importlib
+        moved = importlib.import_module("bec_jax.moved")
+        moved.warn("bec_jax.prediction.results.load_result", "bec_jax.run.kinds.load_result")
+        return importlib.import_module("bec_jax.run.kinds").load_result
+    raise AttributeError(f"module 'bec_jax.prediction.results' has no attribute {name!r}")

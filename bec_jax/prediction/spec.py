@@ -9,7 +9,6 @@ checks and the same one-line `ValueError` naming the field.
 """
 from __future__ import annotations
 
-import importlib
 import itertools
 import json
 import keyword
@@ -163,8 +162,6 @@ class ScheduleSpec:
         return f"ScheduleSpec({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
 
 
-ENGINE = "bec_jax.prediction.sweep"  # the front of a prediction sweep (`SweepSpec.engine`)
-
 # The spec's own fields (everything else in a table is a hyperparameter).
 FIELDS = ("env", "algorithm", "hyperparameters", "env_params", "points", "schedule", "seeds", "steps",
           "log_every", "sampler", "metrics", "dtype", "seed", "seed_offset", "divergence_bound")
@@ -245,7 +242,7 @@ class SweepSpec:
         raise AttributeError("SweepSpec is immutable; use replace()")
 
     # -- validation ------------------------------------------------------------
-    def _validate(self) -> None:
+    def _validate(self) -> None:  # noqa: C901  (a validator: one check a field)
         d = object.__setattr__
         alg = self._check_basic()
         hp_raw, ep_raw, points = self._raw
@@ -309,7 +306,7 @@ class SweepSpec:
                 models[key] = envs.build(self.env, **p)
         d(self, "_models", models)
 
-    def _check_basic(self) -> Algorithm:
+    def _check_basic(self) -> Algorithm:  # noqa: C901  (a validator: one check a field)
         if not isinstance(self.algorithm, (str, Algorithm)):
             raise ValueError(f"algorithm: expected a name or package.module:attribute, got {self.algorithm!r}")
         alg = algorithms.get(self.algorithm)
@@ -415,20 +412,9 @@ class SweepSpec:
 
     # -- the grid --------------------------------------------------------------
     @property
-    def engine(self):
-        """The front that plans and runs this spec, `bec_jax.prediction.sweep` (an
-        `engine.protocol.Engine`), found by name: it sits above the spec."""
-        return importlib.import_module(ENGINE)
-
-    @property
     def algorithm_def(self) -> Algorithm:
         """The `Algorithm` this spec runs."""
         return self._alg
-
-    @property
-    def step_size_names(self) -> tuple:
-        """The algorithm's step sizes."""
-        return self._alg.step_sizes
 
     @property
     def hyperparameter_names(self) -> tuple:

@@ -1,44 +1,17 @@
 """Figures and tables of saved runs of any kind: each result goes to the
-figures of its kind (`bec_jax.prediction.plotting` for prediction sweeps,
-`bec_jax.control.plotting` for control sweeps), so `bec-jax plot` and
+figures of its kind (`kinds.KINDS`: `bec_jax.prediction.plotting` for
+prediction sweeps, `bec_jax.control.plotting` for control sweeps), so `bec-jax plot` and
 `bec-jax compare` take run and study directories of either kind, and a study
 that holds both.
 
-    results = {"q": results.load_result("runs/q"), "cq": results.load_result("runs/cq")}
+    results = {"q": kinds.load_result("runs/q"), "cq": kinds.load_result("runs/cq")}
     figures.compare_figure(results)                  # their best curves on one panel
     figures.plot_results(results, "runs/plots")      # figures, table.md, table.csv
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
-from bec_jax.control import plotting as control_plotting
 from bec_jax.prediction import plotting
-
-
-@dataclass(frozen=True)
-class Kind:
-    """What a kind of result gives `plot` and `compare` (each takes results of
-    its kind, {key: result}): check_metric(results, metric) -> the metric or
-    None, raising `ValueError` naming `metric`; compare(results, metric, title,
-    select) -> a figure; figures(results, out_dir, metric, select, prefix) ->
-    paths; rows(results, metric, confirmations) -> table rows."""
-
-    name: str
-    check_metric: Callable
-    compare: Callable
-    figures: Callable
-    rows: Callable
-
-
-# A result's KIND -> its figures (the result classes name their kind).
-KINDS = {
-    "prediction": Kind("prediction", plotting.check_metric, plotting.curves_figure, plotting.result_figures,
-                       plotting.summary_rows),
-    "control": Kind("control", lambda results, metric: control_plotting.check_stat(metric),
-                    control_plotting.compare_figure, control_plotting.plot_results, control_plotting.summary_rows),
-}
+from bec_jax.run import kinds
 
 
 def by_kind(results: dict) -> dict[str, dict]:
@@ -60,7 +33,7 @@ def compare_figure(results: dict, metric: str | None = None, title: str = "", se
         raise ValueError(f"dirs: compare takes runs of one kind, and {' but '.join(first)} (their curves share "
                          "no axis); compare each kind on its own")
     kind, = groups
-    k = KINDS[kind]
+    k = kinds.get(kind).figures
     return k.compare(results, k.check_metric(results, metric), title, select)
 
 
@@ -72,10 +45,10 @@ def plot_results(results: dict, out_dir: str, metric: str | None = None, select:
     table of every result's best setting with its 95% Student-t intervals over
     seeds: `table.md` (a table per kind) and `table.csv`. Returns the paths."""
     groups = by_kind(results)
-    checked = {kind: KINDS[kind].check_metric(rs, metric) for kind, rs in groups.items()}  # before any file
+    checked = {kind: kinds.get(kind).figures.check_metric(rs, metric) for kind, rs in groups.items()}  # before any file
     paths, tables = [], []
     for kind, rs in groups.items():
-        k = KINDS[kind]
+        k = kinds.get(kind).figures
         prefix = f"{kind}_" if len(groups) > 1 and kind != "prediction" else ""
         paths += k.figures(rs, out_dir, checked[kind], select, prefix)
         tables.append(k.rows(rs, checked[kind], confirmations))

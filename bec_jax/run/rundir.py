@@ -2,7 +2,7 @@
 `prepare_out_dir`), the spec a saved dict describes (`spec_from_dict`) and the
 chunk store (`ChunkStore`: finished chunks, a segmented chunk's logs and
 checkpoints, the manifest a resume checks). `bec_jax.run.runner` runs a spec into
-such a directory; its names are re-exported there.
+such a directory.
 """
 from __future__ import annotations
 
@@ -14,11 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from bec_jax.control.spec import KIND as CONTROL_KIND
-from bec_jax.control.spec import ControlSpec
 from bec_jax.files import TMP_PREFIX, NpyFile, atomic_write, write_json
-from bec_jax.prediction.spec import SweepSpec
-from bec_jax.run import watchdog
+from bec_jax.run import kinds, watchdog
 
 CHUNKS_DIR = "chunks"
 MANIFEST_FILE = "manifest.json"
@@ -75,16 +72,14 @@ def prepare_out_dir(out: str, overwrite: bool, allow: Callable[[str], bool] | No
 
 # ------------------------------------------------------------------ specs and their fronts
 #
-# A spec names its front (`spec.engine`, an `engine.protocol.Engine`): the runner
-# plans, runs and resumes through it and never asks what kind of spec it holds.
-
-SPEC_KINDS = {None: SweepSpec, CONTROL_KIND: ControlSpec}  # a spec dict's "kind" -> its class
-
+# A spec's kind names its front (`kinds.of_spec(spec).front`, an
+# `engine.protocol.Engine`): the runner plans, runs and resumes through it and
+# never asks what kind of spec it holds.
 
 def spec_from_dict(d: dict):
-    """The spec a dict describes: its "kind" names the class (none: a `SweepSpec`)."""
-    kind = d.get("kind") if isinstance(d, dict) else None
-    return SPEC_KINDS.get(kind, SweepSpec).from_dict(d)
+    """The spec a saved dict describes, of the class its "kind" names
+    (`kinds.of_dict`; none: a prediction `SweepSpec`)."""
+    return kinds.of_dict(d).spec.from_dict(d)
 
 
 # ------------------------------------------------------------------ the chunk store
@@ -121,15 +116,15 @@ class ChunkStore:
                            "start over with --overwrite") from None
         return m
 
-    def _write_manifest(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str,
+    def _write_manifest(self, spec, chunk_size: int, num_devices: int, backend: str,
                         layout: dict | None = None) -> None:
-        front = spec.engine
+        front = kinds.of_spec(spec).front
         write_json(self.manifest_path, {
             "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": front.num_chunks(spec, chunk_size),
             "num_devices": num_devices, "backend": backend, "env_fingerprints": front.fingerprints(spec),
             **(layout or {})})
 
-    def start(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str,
+    def start(self, spec, chunk_size: int, num_devices: int, backend: str,
               layout: dict | None = None) -> None:
         """Begins a fresh run: removes any earlier chunks and writes the manifest
         (with `layout`: seeds per call and log blocks per segment, which a
@@ -138,7 +133,7 @@ class ChunkStore:
         os.makedirs(self.dir)
         self._write_manifest(spec, chunk_size, num_devices, backend, layout)
 
-    def check(self, spec: SweepSpec, chunk_size: int | None = None) -> dict:
+    def check(self, spec, chunk_size: int | None = None) -> dict:
         """The manifest of the run to resume; `RunError` naming the first field in
         which `spec` (or an explicit `chunk_size`) differs from it, or saying that
         the environment's model changed (an edited MDP file, say)."""
@@ -150,7 +145,7 @@ class ChunkStore:
                                f"({old[k]!r} there, {new[k]!r} here); resume with the same spec "
                                "or start over with --overwrite")
         fp = m.get("env_fingerprints")
-        if fp is not None and fp != spec.engine.fingerprints(spec):
+        if fp is not None and fp != kinds.of_spec(spec).front.fingerprints(spec):
             raise RunError(f"env: the model of {spec.env!r} has changed since the interrupted run in "
                            f"{self.out_dir!r}; start over with --overwrite")
         if chunk_size is not None and chunk_size != m["chunk_size"]:
@@ -158,7 +153,7 @@ class ChunkStore:
                            "resume with the same chunk size (or leave --chunk-size out)")
         return m
 
-    def ensure(self, spec: SweepSpec, chunk_size: int, num_devices: int, backend: str,
+    def ensure(self, spec, chunk_size: int, num_devices: int, backend: str,
                timeout: float = 60.0) -> dict:
         """The manifest of a chunk store shared by several processes (`--chunks
         K/N`): the first process to arrive writes it (an exclusive lock file

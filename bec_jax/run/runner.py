@@ -15,7 +15,7 @@ once the results are written.
 
 A run that fails (memory ran out, the user's algorithm raised, a file could not
 be written) raises one line (`memory.OutOfMemory`, `AlgorithmFailed`,
-`RunError`): with the chunks it saved kept for `resume=True`, or, when it saved
+`rundir.RunError`): with the chunks it saved kept for `resume=True`, or, when it saved
 nothing, with nothing left behind, so the same call runs again.
 """
 from __future__ import annotations
@@ -32,24 +32,12 @@ import traceback
 
 import numpy as np
 
+from bec_jax import moved
 from bec_jax.engine import clock, memory
 from bec_jax.files import LOG_LAYOUT, open_log, write_json
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
-from bec_jax.run import watchdog
-from bec_jax.run.rundir import (  # noqa: F401  (re-exported: the runner's names for its callers)
-    CHECKPOINT_FILE,
-    CHUNKS_DIR,
-    MANIFEST_FILE,
-    SPEC_KINDS,
-    STREAMED_KEY,
-    ChunkStore,
-    RunError,
-    check_out_dir,
-    entries,
-    prepare_out_dir,
-    spec_from_dict,
-)
+from bec_jax.run import kinds, rundir, watchdog
 
 CHECKPOINT_EVERY_S = 300.0  # a long segmented chunk also keeps its state this often
 
@@ -109,43 +97,43 @@ class StopOnSignal:
 
 def resume_spec(out: str) -> SweepSpec:
     """The spec of the interrupted run in `out` (for a resume given no spec)."""
-    store = ChunkStore(out)
+    store = rundir.ChunkStore(out)
     if not store.exists():
-        raise RunError(f"resume: {out!r} holds no interrupted run (no chunks/manifest.json); "
+        raise rundir.RunError(f"resume: {out!r} holds no interrupted run (no chunks/manifest.json); "
                        "give the spec to start one")
     return store.read_manifest()["spec"]
 
 
 def check_resume(spec: SweepSpec, out: str, chunk_size: int | None = None) -> dict | None:
     """Before anything is written: the manifest of the interrupted run in `out`
-    (None if there is none and `out` is empty or absent); `RunError` naming the
+    (None if there is none and `out` is empty or absent); `rundir.RunError` naming the
     first field in which `spec` or `chunk_size` differ from it, or when `out`
     holds something else."""
-    store = ChunkStore(out)
+    store = rundir.ChunkStore(out)
     if store.exists():
         m = store.check(spec)
         if chunk_size is not None:
-            if spec.engine.plan_chunk(spec, chunk_size, m["num_devices"]) != m["chunk_size"]:
-                raise RunError(f"chunk_size: the interrupted run used chunks of {m['chunk_size']}, got "
+            if kinds.of_spec(spec).front.plan_chunk(spec, chunk_size, m["num_devices"]) != m["chunk_size"]:
+                raise rundir.RunError(f"chunk_size: the interrupted run used chunks of {m['chunk_size']}, got "
                                f"{chunk_size}; resume with the same --chunk-size (or leave it out)")
         return m
     if os.path.isdir(out) and os.listdir(out):
-        raise RunError(f"resume: {out!r} holds no interrupted run (no chunks/manifest.json) "
+        raise rundir.RunError(f"resume: {out!r} holds no interrupted run (no chunks/manifest.json) "
                        "and is not empty; choose another directory or pass --overwrite")
     return None
 
 
 def parse_part(text) -> tuple[int, int]:
-    """"K/N" -> (K, N), 1 <= K <= N; `RunError` naming the field otherwise."""
+    """"K/N" -> (K, N), 1 <= K <= N; `rundir.RunError` naming the field otherwise."""
     if isinstance(text, tuple):
         k, n = text
     else:
         try:
             k, n = (int(x) for x in str(text).split("/"))
         except ValueError:
-            raise RunError(f"chunks: expected K/N (run the K-th of N parts), got {text!r}") from None
+            raise rundir.RunError(f"chunks: expected K/N (run the K-th of N parts), got {text!r}") from None
     if not (isinstance(k, int) and isinstance(n, int) and 1 <= k <= n):
-        raise RunError(f"chunks: expected K/N with 1 <= K <= N, got {k}/{n}")
+        raise rundir.RunError(f"chunks: expected K/N with 1 <= K <= N, got {k}/{n}")
     return k, n
 
 
@@ -177,43 +165,31 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
         chunk store, which N independent processes (a Slurm job array, say) share;
         returns {"part", "chunks_done", "chunks_total"} without assembling. A
         final `resume=True` run assembles the result without computing.
-      sweep_kwargs: passed on to the spec's front, `spec.engine.run` (memory_budget,
+      sweep_kwargs: passed on to the spec's front's `run` (`kinds.of_spec`; memory_budget,
         progress, ...).
 
-    Bad input raises `RunError` (a `ValueError`) before anything is written.
+    Bad input raises `rundir.RunError` (a `ValueError`) before anything is written.
     Under `jax.distributed` every process calls this, and only process 0 writes.
     """
     import jax
 
     spec, part = _what_to_run(spec, out, overwrite, resume, part)
-    front = spec.engine  # the spec's front (`engine.protocol.Engine`): plans and runs it
-    store = ChunkStore(out)
+    front = kinds.of_spec(spec).front  # the spec's front (`engine.protocol.Engine`): plans and runs it
+    store = rundir.ChunkStore(out)
     writer = is_writer()
     devices = list(devices) if devices is not None else jax.devices()
     if part is not None:
         return _run_part(spec, out, store, part, chunk_size, devices, stop, sweep_kwargs.get("progress"))
     manifest = check_resume(spec, out, chunk_size) if resume else None
-    if manifest is not None:
-        n = manifest["num_devices"]
-        if len(devices) >= n and jax.process_count() == 1:
-            devices = devices[:n]  # the same sharding as before
+    devices = _resume_devices(manifest, devices)
     pl = _memory_plan(front, spec, out, manifest, chunk_size, devices, sweep_kwargs)
     sweep_kwargs = {k: v for k, v in sweep_kwargs.items() if k not in ("seed_chunk", "segment_blocks", "memory_budget")}
     layout = {"seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks}
     created = not os.path.exists(out)
     if writer:
-        prepare_out_dir(out, overwrite, allow=lambda d: resume)
+        rundir.prepare_out_dir(out, overwrite, allow=lambda d: resume)
     chunk = manifest["chunk_size"] if manifest is not None else pl.grid
-    if manifest is not None:
-        # Fewer devices than before is fine: the chunk layout depends on the spec and
-        # chunk size only, and results do not depend on the device count.
-        if manifest["num_chunks"] != front.num_chunks(spec, chunk):
-            raise RunError(f"resume: {store.manifest_path!r} is inconsistent; start over with --overwrite")
-        done = store.load_done()
-    else:
-        if writer:
-            store.start(spec, chunk, len(devices), devices[0].platform, layout)
-        done = {}
+    done = _done_chunks(front, spec, store, manifest, writer, chunk, devices, layout)
     total = front.num_chunks(spec, chunk)
     on_chunk, count = _saving(store, writer, stop, total - len(done), len(done), total)
     snap, t0 = clock.snapshot(), time.perf_counter()
@@ -249,18 +225,44 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     return result
 
 
+def _resume_devices(manifest: dict | None, devices: list) -> list:
+    """The devices a run uses: on a resume, as many as the interrupted run had
+    where there are that many (the same sharding as before)."""
+    import jax
+
+    if manifest is not None and len(devices) >= manifest["num_devices"] and jax.process_count() == 1:
+        return devices[:manifest["num_devices"]]
+    return devices
+
+
+def _done_chunks(front, spec, store, manifest: dict | None, writer: bool, chunk: int, devices: list,
+                 layout: dict) -> dict:
+    """The chunks an interrupted run saved (on a resume), else {} with the chunk
+    store started (by the writing process)."""
+    if manifest is not None:
+        # Fewer devices than before is fine: the chunk layout depends on the spec and
+        # chunk size only, and results do not depend on the device count.
+        if manifest["num_chunks"] != front.num_chunks(spec, chunk):
+            raise rundir.RunError(f"resume: {store.manifest_path!r} is inconsistent; start over with --overwrite")
+        return store.load_done()
+    if writer:
+        store.start(spec, chunk, len(devices), devices[0].platform, layout)
+    return {}
+
+
 def _what_to_run(spec, out: str, overwrite: bool, resume: bool, part) -> tuple:
     """(spec, part) of a `run_to_dir` call, checked: the interrupted run's spec
-    when resuming without one, the part parsed; `RunError` for a bad mix."""
+    when resuming without one, the part parsed; `rundir.RunError` for a bad mix."""
     if resume and overwrite:
-        raise RunError("resume: --resume continues the run in --out, --overwrite starts over; give one")
+        raise rundir.RunError("resume: --resume continues the run in --out, --overwrite starts over; give one")
     if part is not None:
         part = parse_part(part)
         if overwrite:
-            raise RunError("chunks: a part adds to a shared chunk store; --overwrite would delete the other parts")
+            raise rundir.RunError("chunks: a part adds to a shared chunk store; --overwrite would delete the other "
+                                  "parts")
     if spec is None:
         if not resume:
-            raise RunError("spec: required unless resuming")
+            raise rundir.RunError("spec: required unless resuming")
         spec = resume_spec(out)
     return spec, part
 
@@ -286,12 +288,12 @@ def _memory_plan(front, spec, out: str, manifest: dict | None, chunk_size: int |
         raise
 
 
-def _saved_note(saved: int, total: int, store: ChunkStore) -> str:
+def _saved_note(saved: int, total: int, store: rundir.ChunkStore) -> str:
     return (f"; {saved} of {total} chunks are saved in {store.dir} (and the finished segments of the chunk in "
             "progress): continue with --resume")
 
 
-def _discard(store: ChunkStore, out: str, created: bool) -> None:
+def _discard(store: rundir.ChunkStore, out: str, created: bool) -> None:
     """Removes what a run that saved nothing wrote: its chunk store, and `out`
     itself when the run created it (only if nothing else is in it)."""
     store.remove()
@@ -306,7 +308,7 @@ def _raise_contained(e: Exception, spec, note: str) -> None:
     """Raises the one-line error for a run's failure `e`, with `note` (what is
     saved) appended: memory (MemoryError, a refused mapping, a device out of
     memory) as `memory.OutOfMemory`, the user's algorithm code as
-    `AlgorithmFailed`, a file that cannot be written as `RunError`. Returns for
+    `AlgorithmFailed`, a file that cannot be written as `rundir.RunError`. Returns for
     anything else (bad input found late, a ValueError, is one line already; an
     error of bec_jax itself keeps its traceback)."""
     limit = memory.address_space_limit()
@@ -324,7 +326,7 @@ def _raise_contained(e: Exception, spec, note: str) -> None:
     if isinstance(e, OSError):
         what = f"{e.strerror or e} ({e.filename})" if e.filename else str(e)
         field = "disk" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "out"
-        raise RunError(f"{field}: cannot write the run's files: {what}{note}") from e
+        raise rundir.RunError(f"{field}: cannot write the run's files: {what}{note}") from e
 
 
 def user_failure(e: BaseException, spec) -> str | None:
@@ -392,7 +394,7 @@ def _segment_stop(stop: StopOnSignal | None, count: dict, total: int):
     return on_segment
 
 
-def _saving(store: ChunkStore, writer: bool, stop: StopOnSignal | None, todo: int, saved: int, total: int):
+def _saving(store: rundir.ChunkStore, writer: bool, stop: StopOnSignal | None, todo: int, saved: int, total: int):
     """(on_chunk, counts) for `sweep.run_chunks`: on_chunk saves each finished
     chunk (process 0 only), tells the stall watchdog and, once a signal has
     arrived, stops the run while work remains (`Interrupted` with the chunks
@@ -413,12 +415,12 @@ def _saving(store: ChunkStore, writer: bool, stop: StopOnSignal | None, todo: in
 
 def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> dict:
     """`run_to_dir(part=(K, N))`: this part's chunks into the shared chunk store."""
-    sweep = spec.engine
+    sweep = kinds.of_spec(spec).front
     if store.exists():
         store.check(spec)
-    elif os.path.isdir(out) and entries(out) and not os.path.isdir(store.dir):
-        raise RunError(f"out: {out!r} is not empty and holds no chunk store of this sweep")
-    prepare_out_dir(out, True)
+    elif os.path.isdir(out) and rundir.entries(out) and not os.path.isdir(store.dir):
+        raise rundir.RunError(f"out: {out!r} is not empty and holds no chunk store of this sweep")
+    rundir.prepare_out_dir(out, True)
     manifest = store.ensure(spec, sweep.plan_chunk(spec, chunk_size, len(devices)), len(devices),
                             devices[0].platform)
     chunk = manifest["chunk_size"]
@@ -431,7 +433,7 @@ def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> di
     pl = sweep.plan_memory(spec, len(devices), chunk_size=chunk, out=out)  # a long or large chunk: segments
     sweep.run_chunks(spec, groups, chunks, devices, done=done, only=mine, on_chunk=on_chunk, progress=progress,
                      seeds_per_call=pl.seeds, blocks_per_segment=pl.blocks, outputs=store,
-                     on_segment=_segment_stop(stop, count, total))
+                     on_segment=_segment_stop(stop, count, total), engine=sweep)
     return {"part": f"{k}/{n}", "chunks_done": len(store.load_done(clean=False)), "chunks_total": total}
 
 
@@ -452,14 +454,14 @@ def confirm(result: SweepResult, out: str, seeds: int, metric: str | None = None
     "Empirical design in reinforcement learning")."""
     spec = result.spec
     if spec is None:
-        raise RunError("confirm: the result's spec cannot be rebuilt here (its environment or algorithm "
+        raise rundir.RunError("confirm: the result's spec cannot be rebuilt here (its environment or algorithm "
                        "does not import)")
     if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 2:
-        raise RunError(f"confirm_seeds: at least 2 seeds (for an interval), got {seeds!r}")
+        raise rundir.RunError(f"confirm_seeds: at least 2 seeds (for an interval), got {seeds!r}")
     b = result.best_index(metric)
     point = result.point(b)
     fresh = spec.replace(points=[point], seeds=seeds, seed_offset=spec.seed_offset + spec.seeds)
-    again = fresh.engine.run(fresh, **sweep_kwargs)
+    again = kinds.of_spec(fresh).front.run(fresh, **sweep_kwargs)
     if is_writer():
         again.save(os.path.join(out, CONFIRM_DIR))
 
@@ -492,3 +494,17 @@ def confirm_line(rep: dict, out: str) -> str:
     return (f"confirmed on {c['seeds']} fresh seeds (streams {c['seed_streams'][0]}-{c['seed_streams'][1]}): "
             f"final {rep['metric']} {fmt(c, 'final')} (selection run: {fmt(s, 'final')}), AUC {fmt(c, 'auc')} "
             f"(selection: {fmt(s, 'auc')}); 95% intervals; wrote {out}/confirm.json, {out}/confirm/")
+
+
+# The run directory's names, which this module re-exported in 0.3 (the docs
+# named `runner.ChunkStore`): found in `rundir` for one more release.
+_RUNDIR_NAMES = ("CHECKPOINT_FILE", "CHUNKS_DIR", "MANIFEST_FILE", "STREAMED_KEY", "ChunkStore", "RunError",
+                 "check_out_dir", "entries", "prepare_out_dir", "spec_from_dict")
+
+
+def __getattr__(name: str):
+    """`runner.ChunkStore` and the run directory's other names: `rundir`'s, warning once."""
+    if name in _RUNDIR_NAMES:
+        moved.warn(f"bec_jax.run.runner.{name}", f"bec_jax.run.rundir.{name}")
+        return getattr(rundir, name)
+    raise AttributeError(f"module 'bec_jax.run.runner' has no attribute {name!r}")

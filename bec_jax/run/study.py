@@ -55,9 +55,8 @@ from dataclasses import dataclass
 import jax
 
 from bec_jax.files import CURVES_FILE, META_FILE, STUDY_FILE, import_pandas, write_json
-from bec_jax.prediction.results import load_result
 from bec_jax.prediction.spec import read_toml
-from bec_jax.run import runner
+from bec_jax.run import kinds, rundir, runner
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -124,17 +123,14 @@ _UNKNOWN = re.compile(r"^(\S+): unknown field")
 def _spec(shared: dict, own: dict):
     """(spec, the shared keys it left out) of one sweep: its own table over the
     shared defaults, less the shared keys its kind does not take (its spec
-    refuses them as unknown fields). `runner.spec_from_dict` builds the spec
+    refuses them as unknown fields). `rundir.spec_from_dict` builds the spec
     its `kind` names."""
-    kind = {**shared, **own}.get("kind")
-    if kind not in runner.SPEC_KINDS:
-        raise ValueError(f"kind: unknown kind of sweep {kind!r}; known: "
-                         f"{', '.join(repr(k) for k in runner.SPEC_KINDS if k)} (or none: a prediction sweep)")
     merged = {**shared, **own}
+    kinds.of_dict(merged)  # an unknown kind: `ValueError` naming `kind`
     dropped = set()
     while True:
         try:
-            return runner.spec_from_dict(merged), dropped
+            return rundir.spec_from_dict(merged), dropped
         except ValueError as e:
             m = _UNKNOWN.match(str(e))
             key = m and next((k for k in merged if str(k) == m.group(1) or repr(k) == m.group(1)), None)
@@ -154,7 +150,7 @@ def saved(out: str) -> Study | None:
     try:
         with open(os.path.join(out, STUDY_FILE)) as f:
             d = json.load(f)
-        return Study(tuple((s["name"], runner.spec_from_dict(s["spec"])) for s in d["sweeps"]))
+        return Study(tuple((s["name"], rundir.spec_from_dict(s["spec"])) for s in d["sweeps"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -186,13 +182,13 @@ def load_frame(path: str):
     if is_study_dir(path):
         frames = []
         for name, d in sweep_dirs(path).items():
-            frame = load_result(d).to_frame()
+            frame = kinds.load_result(d).to_frame()
             frame.insert(0, "sweep", name)
             frames.append(frame)
         if not frames:
             raise ValueError(f"path: the study in {path!r} has no finished sweep yet")
         return pd.concat(frames, ignore_index=True)
-    return load_result(path).to_frame()
+    return kinds.load_result(path).to_frame()
 
 
 def _finished(path: str, spec) -> bool:
@@ -220,7 +216,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     sweep's chunks into `out`, which N independent processes share (see
     `runner.run_to_dir`), and returns {}; a final `resume=True` run assembles."""
     if resume and overwrite:
-        raise runner.RunError("resume: --resume continues the study in --out, --overwrite starts over; give one")
+        raise rundir.RunError("resume: --resume continues the study in --out, --overwrite starts over; give one")
     old = saved(out)
     if part is not None:
         return _run_part(study, out, runner.parse_part(part), old, resume, overwrite, confirm_seeds, stop, log,
@@ -228,7 +224,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     study = _resolve(study, out, old, resume, confirm_seeds)
     writer = runner.is_writer()  # under jax.distributed, process 0 writes
     if writer:
-        runner.prepare_out_dir(out, overwrite, allow=lambda d: resume)
+        rundir.prepare_out_dir(out, overwrite, allow=lambda d: resume)
     status = {n: "pending" for n in study.names}
 
     def record():
@@ -239,7 +235,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     # Decided from the files before anything runs, so that every process of a
     # jax.distributed run decides alike while process 0 writes.
     finished = {n: resume and _finished(os.path.join(out, n), s) for n, s in study.sweeps}
-    partial = {n: resume and runner.ChunkStore(os.path.join(out, n)).exists() for n, _ in study.sweeps}
+    partial = {n: resume and rundir.ChunkStore(os.path.join(out, n)).exists() for n, _ in study.sweeps}
     confirmed = {n: os.path.isfile(os.path.join(out, n, runner.CONFIRM_FILE)) for n in study.names}
     together = _together(study, finished, partial, run_kwargs)
     computed: dict = {}
@@ -248,7 +244,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
         path = os.path.join(out, name)
         if finished[name]:
             status[name] = "done"
-            results[name] = load_result(path)
+            results[name] = kinds.load_result(path)
             log(f"{name}: finished earlier, not run again")
             if confirm_seeds and not confirmed[name]:
                 log(f"  {runner.confirm_line(runner.confirm(results[name], path, confirm_seeds), path)}")
@@ -259,17 +255,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
             raise runner.Interrupted(stop.signum)
         status[name] = "running"
         record()
-        if name in together:
-            if name not in computed:  # the first of sweeps that share a program: all of them now
-                names = together[name]
-                computed.update(zip(names, spec.engine.run_many([dict(study.sweeps)[n] for n in names])))
-            r = computed.pop(name)
-            if writer:
-                runner.prepare_out_dir(path, True)
-                r.save(path)
-        else:
-            r = runner.run_to_dir(spec, path, overwrite=not partial[name], resume=partial[name], stop=stop,
-                                  **run_kwargs)
+        r = _compute(study, name, path, together, computed, writer, partial[name], stop, run_kwargs)
         log(_ran_line(name, spec, r.meta, together))
         if confirm_seeds:
             log(f"  {runner.confirm_line(runner.confirm(r, path, confirm_seeds), path)}")
@@ -279,21 +265,39 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     return results
 
 
+def _compute(study: Study, name: str, path: str, together: dict, computed: dict, writer: bool, partial: bool,
+             stop, run_kwargs: dict):
+    """Sweep `name`'s result, computed now: with the sweeps it shares a program
+    with (`together`; the first of them computes them all into `computed`), or
+    into its directory by `runner.run_to_dir` (resuming a `partial` one)."""
+    spec = dict(study.sweeps)[name]
+    if name not in together:
+        return runner.run_to_dir(spec, path, overwrite=not partial, resume=partial, stop=stop, **run_kwargs)
+    if name not in computed:
+        names = together[name]
+        computed.update(zip(names, kinds.of_spec(spec).front.run_many([dict(study.sweeps)[n] for n in names])))
+    r = computed.pop(name)
+    if writer:
+        rundir.prepare_out_dir(path, True)
+        r.save(path)
+    return r
+
+
 def _resolve(study: Study | None, out: str, old: Study | None, resume: bool, confirm_seeds) -> Study:
     """The study `run` runs: the one given, or (resuming, none given) the one
     saved in `out`; a resumed one must be the saved one."""
     if study is None:
         if not resume or old is None:
-            raise runner.RunError(f"resume: {out!r} holds no study (no study.json); give the study file")
+            raise rundir.RunError(f"resume: {out!r} holds no study (no study.json); give the study file")
         study = old
     if confirm_seeds:
         _check_confirmable(study)
     if resume:
         if old is not None and old.to_dict() != study.to_dict():
-            raise runner.RunError(f"study: differs from the study in {out!r}; resume with the same file or "
+            raise rundir.RunError(f"study: differs from the study in {out!r}; resume with the same file or "
                                   "start over with --overwrite")
         if old is None and os.path.isdir(out) and os.listdir(out):
-            raise runner.RunError(f"resume: {out!r} holds no study (no study.json) and is not empty")
+            raise rundir.RunError(f"resume: {out!r} holds no study (no study.json) and is not empty")
     return study
 
 
@@ -321,7 +325,7 @@ def _check_confirmable(study: Study) -> None:
     streams to draw (no `seed_offset` field: a control sweep), naming it."""
     for name, spec in study.sweeps:
         if "seed_offset" not in spec.to_dict():
-            raise runner.RunError(f"confirm_seeds: sweep {name!r} has no fresh seed streams to confirm on (a "
+            raise rundir.RunError(f"confirm_seeds: sweep {name!r} has no fresh seed streams to confirm on (a "
                                   "control sweep has no seed_offset); run the study without --confirm-seeds")
 
 
@@ -336,7 +340,7 @@ def _together(study: Study, finished: dict, partial: dict, run_kwargs: dict) -> 
     todo = [(n, s) for n, s in study.sweeps if not finished[n] and not partial[n]]
     by_front: dict = {}  # each front packs its own sweeps
     for n, s in todo:
-        by_front.setdefault(s.engine, []).append((n, s))
+        by_front.setdefault(kinds.of_spec(s).front, []).append((n, s))
     out = {}
     for front, sweeps in by_front.items():
         if not hasattr(front, "shared_programs"):
@@ -351,20 +355,20 @@ def _together(study: Study, finished: dict, partial: dict, run_kwargs: dict) -> 
 def _run_part(study, out, part, old, resume, overwrite, confirm_seeds, stop, log, run_kwargs) -> dict:
     k, n = part
     if resume or overwrite or confirm_seeds:
-        raise runner.RunError("chunks: a part only computes its share of the chunks; run it without --resume, "
+        raise rundir.RunError("chunks: a part only computes its share of the chunks; run it without --resume, "
                               "--overwrite and --confirm-seeds, and assemble with --resume when every part is done")
     if study is None:
-        raise runner.RunError("file: required (the study's TOML file) for a part")
+        raise rundir.RunError("file: required (the study's TOML file) for a part")
     if old is not None and old.to_dict() != study.to_dict():
-        raise runner.RunError(f"study: differs from the study in {out!r}; every part must run the same file")
+        raise rundir.RunError(f"study: differs from the study in {out!r}; every part must run the same file")
     # Another part may be creating the study right now: only entries no part
     # writes make the directory someone else's.
     ours = {STUDY_FILE, *study.names}
     foreign = [e for e in (os.listdir(out) if os.path.isdir(out) else [])
                if e not in ours and not e.startswith(".")]  # temporary files start with "."
     if old is None and foreign:
-        raise runner.RunError(f"out: {out!r} is not empty and holds no study")
-    runner.prepare_out_dir(out, True)
+        raise rundir.RunError(f"out: {out!r} is not empty and holds no study")
+    rundir.prepare_out_dir(out, True)
     if old is None:  # the parts write the same content; each rename is atomic
         write_json(os.path.join(out, STUDY_FILE), {**study.to_dict(), "status": {x: "pending" for x in study.names}})
     for name, spec in study.sweeps:
