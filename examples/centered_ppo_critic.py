@@ -8,10 +8,10 @@ experiments/ppo.py's (purejaxrl's).
 import jax
 import jax.numpy as jnp
 import optax
-from bec_jax.experiments.ppo import Config, init_params, mlp, ppo_loss, value
 
 from bec_jax.agents import value_learning
 from bec_jax.agents.targets import centered_truncated_generalized_advantage_estimation
+from bec_jax.experiments.ppo import Config, init_params, mlp, ppo_loss, value
 
 
 def make_train(cfg: Config, beta: float, num_updates: int):

@@ -24,17 +24,17 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
+from bec_jax.control import plotting as cplot
+from bec_jax.control import sweep
+from bec_jax.control.results import ControlResult
+from bec_jax.control.spec import ControlSpec
 from bec_jax.experiments.reproduction import (
     Reproduction,
     cost_seconds,
     is_output,
     sweep_threads,
 )
-
-from bec_jax.control import plotting as cplot
-from bec_jax.control import sweep
-from bec_jax.control.results import ControlResult
-from bec_jax.control.spec import ControlSpec
 from bec_jax.prediction import plotting
 from bec_jax.stats import t_interval, welch_interval
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from bec_jax.experiments import theory
-from bec_jax.experiments.reproduction import Reproduction, is_output, sweep_threads
 
 from bec_jax import algorithms, envs
+from bec_jax.experiments import theory
+from bec_jax.experiments.reproduction import Reproduction, is_output, sweep_threads
 from bec_jax.prediction import plotting, sweep
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec

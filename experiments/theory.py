@@ -31,10 +31,10 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from bec_jax.experiments.grids import PAPER
 
 from bec_jax import algorithms, envs
 from bec_jax import mdp as mdp_lib
+from bec_jax.experiments.grids import PAPER
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.theory import expected_updates as analysis

@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from bec_jax.experiments import actor_critic as ac
 
 from bec_jax.agents import value_learning
+from bec_jax.experiments import actor_critic as ac
 
 pytest.importorskip("gymnax")  # the experiment's only extra dependency
 

@@ -415,7 +415,7 @@ def test_an_injected_cycle_is_found(copy):
     files = module_files(lib, exp)
     found = cycles(graph(files))
     assert any("bec_jax.mdp" in c and "bec_jax.run.runner" in c for c in found), found
-    assert any("bec_jax.mdp (model) imports bec_jax.run.runner (runner)" == u for u in upward_imports(files))
+    assert "bec_jax.mdp (core) imports bec_jax.run.runner (runner)" in upward_imports(files)
 
 
 def test_an_injected_private_import_is_found(copy):
@@ -486,4 +486,4 @@ def test_an_oversized_function_is_found(copy):
     lib, _ = copy
     body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
     _append(os.path.join(lib, "stats.py"), "def too_long():\n" + body)
-    assert oversized(lib) == [f"bec_jax.stats.too_long: {MAX_FUNCTION_LINES + 1} lines"]
+    assert set(oversized(lib)) - set(oversized()) == {f"bec_jax.stats.too_long: {MAX_FUNCTION_LINES + 1} lines"}

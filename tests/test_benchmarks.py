@@ -67,12 +67,12 @@ def test_baseline_check_catches_a_different_update(monkeypatch):
 
 def test_baseline_metric_is_rmscbe():
     from bec_jax import envs
-    from bec_jax.theory import expected_updates as analysis
+    from bec_jax.theory import metrics
 
     tables, R, h = baseline_numpy.make_problem("boyan_chain")
     log, theta, *_ = baseline_numpy.run_ctdc(tables, R, h, 0.1, 0.1, 0.1, steps=100, log_every=10, seed=3)
     assert log.shape == (11,)
-    np.testing.assert_allclose(log[-1], analysis.rmscbe(envs.make("boyan_chain"), theta), rtol=1e-10)
+    np.testing.assert_allclose(log[-1], metrics.rmscbe(envs.make("boyan_chain"), theta), rtol=1e-10)
 
 
 def test_baseline_script_smoke(tmp_path):

@@ -5,11 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from bec_jax.experiments import neural_agent
 
 from bec_jax import algorithms, envs
 from bec_jax.agents import value_learning
 from bec_jax.algorithms import ctd, ctd_lambda, ctdc, td, tdc
+from bec_jax.experiments import neural_agent
 from bec_jax.prediction import sampling
 from bec_jax.transition import Transition
 

@@ -276,7 +276,6 @@ def test_readme_control_quickstart_runs_as_pasted(tmp_path):
     both runs finish every episode, and most of the gridworld's last episodes
     take the 6-step shortest path of its 4x4 grid."""
     import os
-    import re
     import shutil
     import subprocess
     import sys

@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from bec_jax.experiments import ppo
 
 from bec_jax.agents import value_learning
+from bec_jax.experiments import ppo
 
 pytest.importorskip("gymnax")
 rlax = pytest.importorskip("rlax")

@@ -4,10 +4,9 @@ output a reproduction may overwrite. No sweeps run here."""
 import csv
 import json
 
+from bec_jax import provenance
 from bec_jax.experiments import control, paper, tdrc
 from bec_jax.experiments.reproduction import Reproduction, cost_seconds, is_output
-
-from bec_jax import provenance
 
 
 def test_a_run_marks_its_directory_from_the_start_and_completes_it(tmp_path):

@@ -4,9 +4,9 @@ import json
 
 import numpy as np
 import pytest
-from bec_jax.experiments import theory
 
 from bec_jax import envs
+from bec_jax.experiments import theory
 from bec_jax.theory import expected_updates as analysis
 
 

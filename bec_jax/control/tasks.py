@@ -327,10 +327,7 @@ def _import_gymnax(task: str):
 def _canonical(state):
     """The gymnax state with int32 integer and float32 float leaves, so that the
     pytree's types do not change between reset and step (scan carries)."""
-    def leaf(x):
-        x = jnp.asarray(x)
-        return x.astype(jnp.int32 if jnp.issubdtype(x.dtype, jnp.integer) else jnp.float32)
-    return jax.tree.map(leaf, state)
+    return jax.tree.map(_canonical_leaf, state)
 
 
 def _tiled_env(name, gymnax_id, terminated, observe, low, high, bins, num_tilings, offset_unit, gamma,
@@ -474,28 +471,8 @@ def _box(env, env_params, low, high) -> tuple[int, np.ndarray, np.ndarray]:
     return dims, lo, hi
 
 
-def _gymnax_actions(env, env_params, name: str) -> int:
-    """The number of actions of a gymnax environment; refuses a continuous one."""
-    space = env.action_space(env_params)
-    if not hasattr(space, "n"):
-        raise ValueError(f"task: {name} has a continuous action space ({type(space).__name__}); control needs a "
-                         "finite set of actions")
-    return int(space.n)
-
-
-def _gymnax_cap(env_params, max_episode_steps, name: str) -> int:
-    """The episode cap: as given, else the environment's own time limit."""
-    if max_episode_steps is None:
-        limit = getattr(env_params, "max_steps_in_episode", None)
-        if limit is None:
-            raise ValueError(f"max_episode_steps: {name} has no time limit of its own; give one")
-        max_episode_steps = int(limit)
-    return _positive_int("max_episode_steps", max_episode_steps)
-
-
 def _gymnax_params(env_params, params: dict, name: str) -> tuple:
-    """(the environment's parameters with its own fields of `params` replaced,
-    the rest of `params`: the feature map's)."""
+    """(the environment's parameters with `params`' fields of them replaced, those fields, the rest: the map's)."""
     fields = {f.name for f in dataclasses.fields(env_params)}
     own = {k: v for k, v in params.items() if k in fields}
     if "max_steps_in_episode" in own:
@@ -503,7 +480,7 @@ def _gymnax_params(env_params, params: dict, name: str) -> tuple:
     for k, v in own.items():
         if not isinstance(v, jax.Array) and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
             raise ValueError(f"{k}: a number (a parameter of {name}'s dynamics), got {v!r}")
-    return (env_params.replace(**own) if own else env_params), {k: v for k, v in params.items() if k not in fields}
+    return (env_params.replace(**own) if own else env_params), own, {k: v for k, v in params.items() if k not in fields}
 
 
 def gymnax_task(env_id: str, *, features="tiles", gamma=GAMMA, max_episode_steps=None, low=None, high=None,
@@ -544,14 +521,22 @@ def gymnax_task(env_id: str, *, features="tiles", gamma=GAMMA, max_episode_steps
     env, env_params = gymnax.make(env_id)
     if not hasattr(env, "is_truncated"):  # gymnax < 1.0 folds the time limit into step_env's done
         raise ValueError(f'task: {name} needs gymnax >= 1.0 (pip install -e ".[control]")')
-    num_actions = _gymnax_actions(env, env_params, name)
+    space = env.action_space(env_params)
+    if not hasattr(space, "n"):
+        raise ValueError(f"task: {name} has a continuous action space ({type(space).__name__}); control needs a "
+                         "finite set of actions")
+    num_actions = int(space.n)
     gamma = _gamma(gamma)
-    cap = _gymnax_cap(env_params, max_episode_steps, name)
+    limit = getattr(env_params, "max_steps_in_episode", None)
+    if max_episode_steps is None:
+        if limit is None:
+            raise ValueError(f"max_episode_steps: {name} has no time limit of its own; give one")
+        max_episode_steps = int(limit)
+    cap = _positive_int("max_episode_steps", max_episode_steps)
 
     with jax.ensure_compile_time_eval():  # concrete even when the task is built inside a trace (task axes)
         dims, lo, hi = _box(env, env_params, low, high)
-    run_params, feature_params = _gymnax_params(env_params, params, name)
-    own = {k: v for k, v in params.items() if k not in feature_params}
+    run_params, own, feature_params = _gymnax_params(env_params, params, name)
     if not isinstance(features, str):
         raise ValueError(f"features: a feature map's kind or package.module:function, got {features!r}")
     with jax.ensure_compile_time_eval():
