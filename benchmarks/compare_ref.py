@@ -50,8 +50,12 @@ jax.config.update("jax_num_cpu_devices", cfg["cpu_devices"])
 jax.config.update("jax_enable_compilation_cache", False)
 import numpy as np
 import bec_jax
-from bec_jax.prediction import sweep
-from bec_jax.prediction.spec import SweepSpec
+if os.path.isdir(os.path.join(os.path.dirname(bec_jax.__file__), "prediction")):  # the layout since 0.4
+    from bec_jax.prediction import sweep
+    from bec_jax.prediction.spec import SweepSpec
+else:
+    from bec_jax import sweep
+    from bec_jax.spec import SweepSpec
 spec = SweepSpec(**cfg["spec"])
 compile_s, ups, digest, wall = [], [], None, []
 for i in range(cfg["repeats"]):

@@ -80,7 +80,7 @@ def cli(tree: str, args: list, cache: str | None, timeout: float = 1800.0) -> tu
     """`bec-jax ARGS` from `tree` in a fresh process: (wall seconds, its meta.json)."""
     out = args[args.index("--out") + 1]
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "bec_jax.cli.commands", *args], cwd=tempfile.gettempdir(),
+    p = subprocess.run([sys.executable, "-m", "bec_jax.cli", *args], cwd=tempfile.gettempdir(),
                        env=_env(tree, cache), capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
     if p.returncode != 0:

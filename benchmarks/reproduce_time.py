@@ -1,6 +1,6 @@
 """`bec-jax reproduce` with an empty compilation cache, as a new user runs it.
 
-Each round is a fresh process running the command line (`python -m bec_jax.cli.commands
+Each round is a fresh process running the command line (`python -m bec_jax.cli
 reproduce`) with `BEC_JAX_CACHE_DIR` set to a new, empty directory (cold), then
 one more with that directory kept (warm; not with `--smoke`). Reported per run: the process's wall
 time (Python's start and JAX's import included), the reproduction's own clock
@@ -37,7 +37,7 @@ def run_once(cache_dir: str, out_dir: str, smoke: bool, timeout: float = 900.0) 
     env["PYTHONPATH"] = _common.REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     # The smoke run checks the script with the smallest reproduction there is:
     # the control one's quick form (seconds), not the paper's (half a minute).
-    cmd = [sys.executable, "-m", "bec_jax.cli.commands", "reproduce", "--out", out_dir] + (
+    cmd = [sys.executable, "-m", "bec_jax.cli", "reproduce", "--out", out_dir] + (
         ["--paper", "control", "--quick"] if smoke else [])
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=_common.REPO_ROOT, capture_output=True, text=True, timeout=timeout)

@@ -58,6 +58,13 @@ def test_documented_old_forms(code, check):
     assert "has moved to bec_jax." in r.stderr
 
 
+def test_python_m_bec_jax_cli_still_runs_the_command_line():
+    r = subprocess.run([sys.executable, "-m", "bec_jax.cli", "--version"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("bec-jax ")
+
+
 def test_an_unknown_name_is_still_an_attribute_error():
     import bec_jax
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
