@@ -22,7 +22,7 @@ CONTROL = ControlSpec(task="cliff_walking", algorithm="q", hyperparameters={"alp
 
 
 def test_each_kind_is_one_entry():
-    assert list(kinds.KINDS) == ["prediction", "control"]
+    assert list(kinds.KINDS) == ["prediction", "control", "continuing"]
     p, c = kinds.KINDS["prediction"], kinds.KINDS["control"]
     assert (p.spec, p.result, p.front, p.saved) == (SweepSpec, SweepResult, sweep, None)
     assert (c.spec, c.result, c.front, c.saved) == (ControlSpec, ControlResult, control_sweep, "control")
@@ -40,9 +40,9 @@ def test_lookups_by_spec_and_saved_dict():
 
 
 def test_unknown_kinds_are_one_line_naming_the_field(tmp_path):
-    with pytest.raises(ValueError, match=r"^kind: unknown kind 'nope'; known: prediction, control$"):
+    with pytest.raises(ValueError, match=r"^kind: unknown kind 'nope'; known: prediction, control, continuing$"):
         kinds.get("nope")
-    with pytest.raises(ValueError, match=r"^kind: unknown kind of sweep 'nope'; known: 'control' \(or none: a "
+    with pytest.raises(ValueError, match=r"^kind: unknown kind of sweep 'nope'; known: 'control', 'continuing' \(or none: a "
                                          r"prediction sweep\)$"):
         kinds.of_dict({"kind": "nope"})
     with pytest.raises(ValueError, match="^dirs: .* holds no finished run"):

@@ -8,7 +8,7 @@ figures and the command line ask this table and never a spec what it is.
     kinds.of_dict(saved).spec.from_dict(saved)  # rundir.spec_from_dict
     kinds.load_result("runs/x")               # a SweepResult or a ControlResult
 
-Adding a front (continuing control is next) is its package (spec, sweep,
+Adding a front (continuing control was the third) is its package (spec, sweep,
 results, plotting) plus one entry in `KINDS` here; nothing else names a kind.
 """
 from __future__ import annotations
@@ -19,6 +19,10 @@ from typing import Callable, NamedTuple
 
 from bec_jax.control import plotting as control_plotting
 from bec_jax.control import sweep as control_sweep
+from bec_jax.control.continuing import plotting as continuing_plotting
+from bec_jax.control.continuing import sweep as continuing_sweep
+from bec_jax.control.continuing.results import ContinuingResult
+from bec_jax.control.continuing.spec import ContinuingSpec
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
 from bec_jax.files import CURVES_FILE, read_meta
@@ -69,6 +73,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("control", ControlSpec, ControlResult, control_sweep,
          Figures(control_plotting.check_metric, control_plotting.compare_figure,
                  control_plotting.plot_results, control_plotting.summary_rows), "control"),
+    Kind("continuing", ContinuingSpec, ContinuingResult, continuing_sweep,
+         Figures(continuing_plotting.check_metric, continuing_plotting.compare_figure,
+                 continuing_plotting.plot_results, continuing_plotting.summary_rows), "continuing"),
 )}
 
 

@@ -1,0 +1,251 @@
+"""Continuing control sweep results: every run's reward per log block, its
+reward rate over the whole run, the last 50% and the last 10% with 95%
+Student-t intervals over seeds, learning curves, the best setting, the
+learner's reward-rate estimate and value blow-up, and for tabular tasks the
+exact optimal gain, the gap to it and the fraction of states where the final
+greedy policy is optimal; save/load in the other fronts' files (`curves.npz`,
+`summary.json`, `summary.csv`, `meta.json`).
+
+Shapes: G grid points, N seeds, L log blocks of K steps (T = L K). The reward
+logged is the task's own: the reward offset a learner sees is not in it.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bec_jax.control.continuing import exact
+from bec_jax.control.continuing.spec import KIND as CONTINUING_KIND
+from bec_jax.control.continuing.spec import ContinuingSpec
+from bec_jax.files import (
+    CURVES_FILE,
+    GRID_PREFIX,
+    META_FILE,
+    SUMMARY_CSV,
+    SUMMARY_FILE,
+    atomic_write,
+    csv_text,
+    finite_or_none,
+    write_json,
+)
+from bec_jax.stats import t_half_width_of, t_interval
+
+# A window of a run: the fraction of its last log blocks it covers.
+WINDOWS = {"all": 1.0, "last50": 0.5, "last10": 0.1}
+ARRAYS = ("reward", "rate_estimate", "max_abs_w")  # (G, N, L) each
+
+
+@dataclass
+class ContinuingResult:
+    """Everything one continuing sweep reports.
+
+    Attributes:
+      spec: the `ContinuingSpec` (None for a loaded result whose task or
+        learner cannot be built here; `spec_dict` holds it always).
+      grid: {column: (G,)} the settings of every point.
+      reward: (G, N, L) each run's mean task reward per log block.
+      rate_estimate: (G, N, L) the learner's reward-rate estimate (rbar, or
+        omega) at each block's end; NaN for a learner without one.
+      max_abs_w: (G, N, L) the largest |w| at each block's end (the value
+        blow-up of discounted learners as gamma -> 1; inf or NaN once it
+        overflowed).
+      q_table: (G, N, S, A) the final action values, tabular tasks only.
+      meta: timings, versions, machine and device.
+    """
+
+    KIND = CONTINUING_KIND  # the kind of sweep, as its spec's "kind" names it
+
+    spec: object
+    grid: dict
+    reward: np.ndarray
+    rate_estimate: np.ndarray
+    max_abs_w: np.ndarray
+    q_table: np.ndarray | None = None
+    meta: dict = field(default_factory=dict)
+    spec_dict: dict | None = None
+
+    def __post_init__(self):
+        if self.spec_dict is None and self.spec is not None:
+            self.spec_dict = self.spec.to_dict()
+
+    # -- views -------------------------------------------------------------------
+    @property
+    def task(self) -> str:
+        return self.spec_dict["task"]
+
+    @property
+    def algorithm(self) -> str:
+        return self.spec_dict["algorithm"]
+
+    @property
+    def num_points(self) -> int:
+        return self.reward.shape[0]
+
+    @property
+    def seeds(self) -> int:
+        return self.reward.shape[1]
+
+    @property
+    def blocks(self) -> int:
+        return self.reward.shape[2]
+
+    @property
+    def block_steps(self) -> int:
+        """Steps per log block (K)."""
+        return int(self.spec_dict["steps"]) // self.blocks
+
+    def point(self, i: int) -> dict:
+        """{column: value} of grid point i."""
+        return {n: float(v[i]) for n, v in self.grid.items()}
+
+    def window_blocks(self, window: str) -> int:
+        """The log blocks a window covers (`WINDOWS`)."""
+        if window not in WINDOWS:
+            raise ValueError(f"window: must be one of {', '.join(WINDOWS)}, got {window!r}")
+        return max(1, int(round(self.blocks * WINDOWS[window])))
+
+    def reward_rate(self, window: str = "all") -> np.ndarray:
+        """(G, N) each run's reward rate (mean task reward per step) over the
+        window: the whole run ("all"), its last 50% or its last 10%."""
+        k = self.window_blocks(window)
+        return self.reward[..., -k:].astype(np.float64).mean(-1)
+
+    def rate_interval(self, window: str = "all", level: float = 0.95) -> tuple:
+        """(mean, low, high), each (G,): the mean reward rate over seeds and its
+        Student-t interval (`bec_jax.stats.t_interval`)."""
+        out = np.array([t_interval(v, level) for v in self.reward_rate(window)]).reshape(-1, 3)
+        return out[:, 0], out[:, 1], out[:, 2]
+
+    def curve(self, i: int, level: float = 0.95) -> tuple:
+        """(steps at each block's end, mean, low, high) of grid point i: the
+        reward rate of each block averaged over seeds, with its t interval."""
+        v = self.reward[i].astype(np.float64)
+        mean = v.mean(0)
+        half = t_half_width_of(v, 0, level)
+        return np.arange(1, self.blocks + 1) * self.block_steps, mean, mean - half, mean + half
+
+    def estimate_curve(self, i: int, level: float = 0.95) -> tuple:
+        """(steps, mean, low, high) of the learner's reward-rate estimate at grid point i."""
+        v = self.rate_estimate[i].astype(np.float64)
+        mean = v.mean(0)
+        half = t_half_width_of(v, 0, level)
+        return np.arange(1, self.blocks + 1) * self.block_steps, mean, mean - half, mean + half
+
+    def best_index(self, window: str = "all", where: np.ndarray | None = None) -> int:
+        """The grid point with the highest mean reward rate over `window`
+        (default the whole run, the area under the learning curve); `where`
+        (G,) bool restricts the choice."""
+        mean = self.reward_rate(window).mean(-1)
+        if where is not None:
+            where = np.asarray(where, bool)
+            if not where.any():
+                raise ValueError("where: selects no grid point")
+            mean = np.where(where, mean, np.nan)
+        return int(np.nanargmax(mean))
+
+    def select(self, **values) -> np.ndarray:
+        """(G,) True where every given grid column equals the given value."""
+        mask = np.ones(self.num_points, bool)
+        for n, v in values.items():
+            if n not in self.grid:
+                raise ValueError(f"{n}: not a grid column; columns: {', '.join(self.grid)}")
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+                raise ValueError(f"{n}: expected a number, got {v!r}")
+            mask &= np.isclose(np.asarray(self.grid[n]), v)
+        return mask
+
+    # -- exact reference (tabular tasks) ------------------------------------------
+    @functools.cached_property
+    def optimal(self):
+        """The task's exact `exact.Optimal` (gain, policy, h, q), or None for a
+        task without a model (or a loaded result whose task cannot be built)."""
+        if self.spec is None:
+            return None
+        task = self.spec.make_task()
+        if not (task.num_states > 0 and task.model is not None):
+            return None
+        return exact.optimal(*task.model())
+
+    @property
+    def optimal_gain(self) -> float | None:
+        """The optimal average reward of a tabular task (None otherwise)."""
+        return None if self.optimal is None else float(self.optimal.gain)
+
+    def greedy_optimal_fraction(self) -> np.ndarray | None:
+        """(G, N) the fraction of states where each run's final greedy policy
+        is optimal (`exact.greedy_optimal_fraction`); None without a model."""
+        if self.optimal is None or self.q_table is None:
+            return None
+        return np.asarray(exact.greedy_optimal_fraction(self.q_table, self.optimal), np.float64)
+
+    # -- summary -----------------------------------------------------------------
+    def summary(self) -> list[dict]:
+        """One record per grid point: task, algorithm, the grid columns, the
+        reward rate over the whole run, its last 50% and last 10% with 95%
+        Student-t intervals over seeds, the learner's final reward-rate
+        estimate, the largest |w| of any run, and for tabular tasks the
+        optimal gain, the gap to it over the last 10% and the mean fraction
+        of states whose final greedy action is optimal."""
+        rates = {w: self.rate_interval(w) for w in WINDOWS}
+        est = self.rate_estimate[..., -1].astype(np.float64)
+        gain = self.optimal_gain
+        frac = self.greedy_optimal_fraction()
+        recs = []
+        for i in range(self.num_points):
+            rec = {"task": self.task, "algorithm": self.algorithm, **self.point(i)}
+            for w, (m, lo, hi) in rates.items():
+                rec[f"reward_rate_{w}"] = finite_or_none(m[i])
+                rec[f"reward_rate_{w}_ci_low"] = finite_or_none(lo[i])
+                rec[f"reward_rate_{w}_ci_high"] = finite_or_none(hi[i])
+            rec["rate_estimate_final"] = finite_or_none(est[i].mean()) if np.isfinite(est[i]).all() else None
+            big = self.max_abs_w[i].astype(np.float64)
+            rec["max_abs_w"] = float(np.nanmax(big)) if np.isfinite(big).all() else None
+            rec["blown_up_fraction"] = float((~np.isfinite(big)).any(-1).mean())
+            if gain is not None:
+                rec["optimal_gain"] = gain
+                rec["gap_last10"] = finite_or_none(gain - rates["last10"][0][i])
+            if frac is not None:
+                rec["greedy_optimal_fraction"] = finite_or_none(frac[i].mean())
+            recs.append(rec)
+        return recs
+
+    # -- persistence -------------------------------------------------------------
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays of `curves.npz`: reward, rate_estimate, max_abs_w,
+        q_table (tabular) and the grid as `grid_<column>`."""
+        out = {name: getattr(self, name) for name in ARRAYS}
+        if self.q_table is not None:
+            out["q_table"] = self.q_table
+        for n, v in self.grid.items():
+            out[GRID_PREFIX + n] = v
+        return out
+
+    def save(self, out_dir: str) -> None:
+        """Writes curves.npz, summary.json, summary.csv and meta.json (spec,
+        versions, machine, timings), each atomically."""
+        os.makedirs(out_dir, exist_ok=True)
+        atomic_write(os.path.join(out_dir, CURVES_FILE), lambda f: np.savez(f, **self.arrays()), binary=True)
+        recs = self.summary()
+        write_json(os.path.join(out_dir, SUMMARY_FILE), recs)
+        atomic_write(os.path.join(out_dir, SUMMARY_CSV), lambda f: f.write(csv_text(recs)))
+        write_json(os.path.join(out_dir, META_FILE), dict(self.meta, spec=self.spec_dict, grid_columns=list(self.grid)))
+
+    @classmethod
+    def load(cls, out_dir: str) -> ContinuingResult:
+        """Reads a result written by `save`."""
+        with open(os.path.join(out_dir, META_FILE)) as f:
+            meta = json.load(f)
+        spec_dict = meta.pop("spec")
+        columns = meta.pop("grid_columns")
+        try:
+            spec = ContinuingSpec.from_dict(spec_dict)
+        except (ValueError, ImportError):
+            spec = None
+        with np.load(os.path.join(out_dir, CURVES_FILE)) as z:
+            return cls(spec=spec, grid={n: z[GRID_PREFIX + n] for n in columns},
+                       **{name: z[name] for name in ARRAYS},
+                       q_table=z["q_table"] if "q_table" in z.files else None, meta=meta, spec_dict=spec_dict)

@@ -1,0 +1,282 @@
+"""The continuing control sweep specification: one continuing task, one
+learner, a grid of its hyperparameters and of the loop's settings (epsilon,
+gamma, the reward offset, the initial action values), seeds and steps,
+validated before any work starts.
+
+Every rule lives here, so the command line, run files, studies and Python
+callers get the same checks and the same one-line `ValueError` naming the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from bec_jax.control.continuing import learners, tasks
+from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
+
+KIND = "continuing"
+DTYPES = ("float32", "float64")
+# The loop's settings, each a value or a grid axis (a list): after the
+# learner's hyperparameters, always columns of the grid, in this order.
+LOOP_AXES = ("epsilon", "gamma", "reward_offset", "q0")
+# Log blocks of a run must be a multiple of this, so that its last 10% and
+# last 50% (`ContinuingResult.reward_rate`) are whole blocks.
+BLOCK_MULTIPLE = 10
+DEFAULT_BLOCKS = 100  # log blocks of a run when log_every is not given (where steps allow)
+
+
+def _check_loop_value(name: str, v) -> float:
+    """One value of a loop axis, checked: epsilon and gamma in [0, 1], the
+    offset and q0 finite."""
+    if name in ("epsilon", "gamma"):
+        if not is_real(v) or not 0.0 <= float(v) <= 1.0:
+            what = "a probability" if name == "epsilon" else "a discount; 1 only for centered or average-reward learners"
+            raise ValueError(f"{name}: must be a number in [0, 1] ({what}), got {v!r}")
+    elif not is_real(v) or not math.isfinite(float(v)):
+        raise ValueError(f"{name}: must be a finite number, got {v!r}")
+    return float(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class ContinuingSpec:
+    """What a continuing control sweep runs.
+
+    Attributes:
+      task: a registered continuing task (`continuing.tasks.names()`) or a
+        factory of the user's own as package.module:function. task_params:
+        its parameters.
+      algorithm: a continuing learner (`continuing.learners.names()`).
+      hyperparameters: {name: value or list of values} of the learner; the
+        grid is the cartesian product in the learner's declared order, then
+        the loop axes (`LOOP_AXES`), the first column varying slowest. The
+        loop's settings may be given here too.
+      epsilon: epsilon-greedy exploration (ties broken uniformly at random);
+        a value or a list (a grid axis).
+      gamma: the learner's discount (a grid axis allowed); average-reward
+        learners ignore it.
+      reward_offset: a constant added to every reward the learner sees (the
+        reported reward rate is the task's own); a grid axis allowed.
+      q0: the initial action values (every weight q0 / m for m active
+        features; 0 for a task with dense features); a grid axis allowed.
+      seeds: runs per grid point. seed: the base seed; seed i's stream is
+        fold_in(key(seed), seed_offset + i), whatever the number of seeds.
+      steps: steps of every run. log_every: steps per log block; steps must be
+        a multiple of it and steps / log_every a multiple of 10 (the last
+        10% and 50% of a run are whole blocks). Default: steps / 100, or
+        steps / 10 where 100 does not divide steps.
+      dtype: "float32" or "float64" (the learner's arithmetic).
+    """
+
+    KIND: ClassVar[str] = KIND  # which kind of run this is (`bec_jax.run.kinds`)
+    task: str
+    algorithm: str
+    hyperparameters: dict = dataclasses.field(default_factory=dict)
+    task_params: dict = dataclasses.field(default_factory=dict)
+    epsilon: float | tuple = 0.1
+    gamma: float | tuple = 0.99
+    reward_offset: float | tuple = 0.0
+    q0: float | tuple = 0.0
+    seeds: int = 10
+    steps: int = 10_000
+    log_every: int | None = None
+    seed: int = 0
+    seed_offset: int = 0
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if not isinstance(self.task, str):
+            raise ValueError(f"task: unknown task {self.task!r}; known: {', '.join(tasks.names())}")
+        tasks.factory(self.task)  # a registered name or package.module:function (ValueError naming task)
+        if not isinstance(self.task_params, dict):
+            raise ValueError(f"task_params: expected a table of parameters, got {self.task_params!r}")
+        object.__setattr__(self, "hyperparameters", self._grid_axes())
+        for name, lo in (("seeds", 1), ("steps", 1), ("seed_offset", 0)):
+            v = getattr(self, name)
+            if not is_int(v) or not lo <= v <= MAX_INT32:
+                raise ValueError(f"{name}: must be an integer >= {lo}, got {v!r}")
+        if not is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
+            raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
+        if self.seed_offset + self.seeds > MAX_INT32:
+            raise ValueError(f"seed_offset: seed_offset + seeds must stay below 2**31, got {self.seed_offset}")
+        self._check_blocks()
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        try:
+            task = self.make_task()
+        except ImportError as e:  # an optional extra the task needs: one line, not a traceback
+            raise ValueError(f"task: {e}") from None
+        if task.num_active == 0 and any(v != 0 for v in self.hyperparameters["q0"]):
+            raise ValueError(f"q0: {self.task} has dense features, whose weights start at 0; give q0 = 0")
+
+    def _grid_axes(self) -> dict:
+        """{column: values}: the learner's hyperparameters (declared order, each
+        checked by its declaration), then the loop axes; the loop fields keep
+        their values as tuples."""
+        alg = learners.get(self.algorithm)  # ValueError naming algorithm
+        if not isinstance(self.hyperparameters, dict):
+            raise ValueError(f"hyperparameters: expected a table name -> values, got {self.hyperparameters!r}")
+        for name in self.hyperparameters:
+            if name not in LOOP_AXES:
+                alg.hyperparameter(name)  # ValueError naming it
+        hp = {}
+        for h in alg.hyperparameters:
+            if h.name in self.hyperparameters:
+                values = as_tuple(h.name, self.hyperparameters[h.name])
+            elif h.default is not None:
+                values = (h.default,)
+            else:
+                raise ValueError(f"{h.name}: {alg.name} needs {h.name} ({h.doc}); give one or more values")
+            if not values:
+                raise ValueError(f"{h.name}: expected at least one value")
+            hp[h.name] = tuple(h.check(v, h.name) for v in values)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in LOOP_AXES:
+            field = getattr(self, name)
+            if name in self.hyperparameters:
+                if field != defaults[name]:
+                    raise ValueError(f"{name}: given twice (as a field and in hyperparameters)")
+                field = self.hyperparameters[name]
+            values = as_tuple(name, field)
+            if not values:
+                raise ValueError(f"{name}: expected at least one value")
+            hp[name] = tuple(_check_loop_value(name, v) for v in values)
+            object.__setattr__(self, name, hp[name][0] if len(hp[name]) == 1 else hp[name])
+        return hp
+
+    def _check_blocks(self) -> None:
+        """steps and log_every: whole log blocks, a multiple of `BLOCK_MULTIPLE` of them."""
+        if self.log_every is None:
+            if self.steps % BLOCK_MULTIPLE:
+                raise ValueError(f"steps: must be a multiple of {BLOCK_MULTIPLE} (the run is logged in "
+                                 f"a multiple of {BLOCK_MULTIPLE} blocks), got {self.steps}")
+            return
+        if not is_int(self.log_every) or not 1 <= self.log_every <= self.steps:
+            raise ValueError(f"log_every: must be an integer in [1, steps = {self.steps}], got {self.log_every!r}")
+        if self.steps % self.log_every:
+            raise ValueError(f"steps: must be a multiple of log_every ({self.log_every}), got {self.steps}")
+        if (self.steps // self.log_every) % BLOCK_MULTIPLE:
+            raise ValueError(f"log_every: steps / log_every must be a multiple of {BLOCK_MULTIPLE} (the last 10% "
+                             f"and 50% of a run are whole log blocks); {self.steps} / {self.log_every} = "
+                             f"{self.steps // self.log_every} blocks")
+
+    # --------------------------------------------------------------- derived
+
+    @property
+    def block_steps(self) -> int:
+        """Steps per log block (K): `log_every`, or by default steps / 100
+        (steps / 10 where 100 does not divide steps)."""
+        if self.log_every is not None:
+            return self.log_every
+        blocks = DEFAULT_BLOCKS if self.steps % DEFAULT_BLOCKS == 0 else BLOCK_MULTIPLE
+        return self.steps // blocks
+
+    @property
+    def num_blocks(self) -> int:
+        """Log blocks of a run (L)."""
+        return self.steps // self.block_steps
+
+    @property
+    def algorithm_def(self):
+        """The learner's `Algorithm` descriptor."""
+        return learners.get(self.algorithm)
+
+    @property
+    def algorithm_names(self) -> tuple:
+        """The grid's columns that are the learner's hyperparameters (declared order)."""
+        return self.algorithm_def.names
+
+    @functools.cached_property
+    def _tasks(self) -> dict:
+        return {}
+
+    def make_task(self):
+        """The `ContinuingEnv` of `task` with `task_params` (built once per spec)."""
+        if "task" not in self._tasks:
+            self._tasks["task"] = tasks.make(self.task, **self.task_params)
+        return self._tasks["task"]
+
+    def loop_values(self, name: str) -> tuple:
+        """The values of a loop setting (epsilon, gamma, reward_offset, q0)."""
+        return self.hyperparameters[name]
+
+    def program_sources(self) -> list:
+        """The task's factory, for the executable caches' keys (`engine.tuning.memo_key`)."""
+        factory = tasks.factory(self.task)
+        return [factory.func if isinstance(factory, functools.partial) else factory]
+
+    def program_shape(self, d: dict) -> dict:
+        """`to_dict()`'s `d` less what a program takes as input (the loop
+        axes' values are grid columns, traced; `engine.tuning.spec_shape`)."""
+        return {k: v for k, v in d.items() if k not in LOOP_AXES}
+
+    @property
+    def names(self) -> tuple:
+        """The grid's columns: the learner's hyperparameters, then `LOOP_AXES`."""
+        return tuple(self.hyperparameters)
+
+    def grid_points(self) -> list[dict]:
+        """Every grid point as {name: value}, the first column varying slowest."""
+        names = self.names
+        return [dict(zip(names, vals)) for vals in itertools.product(*(self.hyperparameters[n] for n in names))]
+
+    @property
+    def num_points(self) -> int:
+        return math.prod(len(v) for v in self.hyperparameters.values())
+
+    def grid_arrays(self) -> dict[str, np.ndarray]:
+        """The grid's columns as float64 arrays (num_points,)."""
+        pts = self.grid_points()
+        return {n: np.asarray([p[n] for p in pts], np.float64) for n in self.names}
+
+    # --------------------------------------------------------------- (de)serialisation
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict; `from_dict` rebuilds the same spec."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["task_params"] = dict(self.task_params)
+        d["hyperparameters"] = {k: list(v) for k, v in self.hyperparameters.items() if k not in LOOP_AXES}
+        for name in LOOP_AXES:
+            values = self.hyperparameters[name]
+            d[name] = values[0] if len(values) == 1 else list(values)
+        d["kind"] = KIND
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ContinuingSpec:
+        """The spec of `to_dict` (or a TOML table): the fields above, and each of
+        the learner's hyperparameters in `hyperparameters` or as a top-level
+        key (`alpha = [...]`); unknown fields are an error."""
+        if not isinstance(d, dict):
+            raise ValueError(f"spec: expected a table, got {d!r}")
+        d = {k: v for k, v in d.items() if k != "kind"}
+        for k in ("task", "algorithm"):
+            if k not in d:
+                raise ValueError(f"{k}: required")
+        known = {f.name for f in dataclasses.fields(cls)}
+        hyper = [k for k in d if k not in known and k in learners.get(d["algorithm"]).names]
+        hp = d.get("hyperparameters", {})
+        if not isinstance(hp, dict):
+            raise ValueError(f"hyperparameters: expected a table name -> values, got {hp!r}")
+        hp = dict(hp)
+        for k in hyper:
+            if k in hp:
+                raise ValueError(f"{k}: given twice (at the top level and in hyperparameters)")
+            hp[k] = d.pop(k)
+        d["hyperparameters"] = hp
+        for k in d:
+            if k not in known:
+                raise ValueError(f"{k}: unknown field of a continuing sweep; known: {', '.join(sorted(known))} "
+                                 "and the learner's hyperparameters")
+        return cls(**d)
+
+    def replace(self, **changes) -> ContinuingSpec:
+        """A copy with `changes` (validated again)."""
+        d = self.to_dict()
+        d.pop("kind")
+        d.update(changes)
+        return ContinuingSpec.from_dict(d)

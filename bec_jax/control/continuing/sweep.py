@@ -1,0 +1,201 @@
+"""The continuing control front of the engine (`bec_jax.engine.protocol.Engine`):
+plans, runs and assembles continuing sweeps; the program itself is
+`continuing.program`.
+
+One sweep runs by `run`: chunks of the grid that fit the memory budget
+(`memory.plan` with this front's `sizes`), each one compiled call of every
+seed of its points (`engine.execute.run_chunks`: resume, parts, the
+executable caches); `assemble` lays the chunks out in grid order. There are
+no time segments or seed chunks (a run's logs are O(L)), no divergence
+freeze (a continuing run always does its T steps; a blown-up learner shows in
+`max_abs_w`) and no block progress bar (no host callbacks in the program).
+Several sweeps run one by one (`run_many`): a joint program is left for later
+(`joint_key` is None, so `shared_programs` gives singletons).
+"""
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bec_jax.control.continuing import program
+from bec_jax.control.continuing.results import ContinuingResult
+from bec_jax.control.continuing.spec import ContinuingSpec
+from bec_jax.engine import execute, joint, memory
+from bec_jax.engine.plan import Group, split
+from bec_jax.engine.programs import Program
+from bec_jax.engine.protocol import check_dtype, gather, round_chunk, run_meta
+
+KIND = "continuing"     # its specs' `KIND` (`ContinuingSpec.KIND`), part of the executable caches' keys
+STEP_COST = 100         # a continuing step's cost in prediction updates (`updates`), as a control step's
+SERIAL_FUSIONS = True   # its programs are many small dependent steps (`tuning.CPU_SERIAL_OPTIONS`)
+SEGMENTS = False        # a chunk runs every seed of its points in one call
+BLOCK_PROGRESS = False  # no progress callbacks inside the program: a line per chunk
+STATE_COPIES = 4        # live copies of the learner state in a step (the scans' carries, the update's)
+LOOP_BYTES = 256        # a run's loop state (task state, features, keys, the block's sums)
+_FRONT = sys.modules[__name__]  # this module: the front the engine is handed
+
+__all__ = ["BLOCK_PROGRESS", "KIND", "SEGMENTS", "SERIAL_FUSIONS", "assemble", "chunk_grid", "fingerprints",
+           "make_program", "num_chunks", "plan", "plan_chunk", "plan_memory", "program_sources", "run",
+           "run_chunks", "run_many", "shared_programs", "sizes", "updates"]
+
+
+def sizes(spec: ContinuingSpec) -> memory.Sizes:
+    """This front's terms of the memory plan (`memory.Sizes`): per run, the
+    learner state (a few live copies), the loop state and the logs (L blocks
+    of three numbers, the scan's and the output's copies); as finals the Q
+    table of a tabular task. No reports over seeds, nothing carried between
+    calls."""
+    item = np.dtype(spec.dtype).itemsize
+    task = spec.make_task()
+    shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((task.num_features,), jnp.dtype(spec.dtype)))
+    state = sum(int(np.prod(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize for leaf in jax.tree_util.tree_leaves(shapes))
+    logs = spec.num_blocks * 3 * item
+    finals = task.num_states * task.num_actions * item
+    return memory.Sizes(item=item, metrics=0, state=state, per_run=STATE_COPIES * state + LOOP_BYTES + 2 * logs,
+                        per_seed=32, report_stats=0, report_seed=0, finals=logs + finals, carry=0, log_points=1,
+                        block_steps=spec.block_steps)
+
+
+def plan_memory(spec: ContinuingSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
+    """`memory.plan` with this front's `sizes` (kwargs as its); refuses a plan
+    in seed chunks, which this front does not run."""
+    sz = sizes(spec)
+    pl = memory.plan(spec, n_devices, sz=sz, **kwargs)
+    if pl.segmented:
+        raise memory.TooLarge(f"memory_budget: one grid point's {spec.seeds} seeds need about "
+                              f"{memory.human(memory.call_bytes(sz, 1, spec.seeds, 1, False))} of device memory; "
+                              f"the budget is {memory.human(pl.budget)}; raise --memory-budget or use fewer seeds "
+                              "(a continuing sweep runs every seed of a point in one call)")
+    return pl
+
+
+def plan_chunk(spec: ContinuingSpec, chunk_size: int | None = None, n_devices: int = 1,
+               memory_budget: int | None = None) -> int:
+    """Grid points per compiled call: `chunk_size` rounded up to a multiple of the
+    device count, or by default all that fit the memory plan."""
+    if chunk_size is None:
+        return plan_memory(spec, n_devices, memory_budget=memory_budget).grid
+    return round_chunk(chunk_size, n_devices)
+
+
+def plan(spec: ContinuingSpec, chunk: int) -> tuple[list, list]:
+    """(groups, chunks) as the engine takes them (`engine.plan`): one group of
+    every point (one program: every setting is a traced column), in chunks of
+    at most `chunk` points."""
+    G = spec.num_points
+    groups = [Group(np.arange(G), [], np.zeros(G, np.int32), ())]
+    return groups, split(groups, chunk)
+
+
+def num_chunks(spec: ContinuingSpec, chunk: int) -> int:
+    """How many compiled calls a sweep of `spec` makes with chunks of `chunk` points."""
+    return len(plan(spec, chunk)[1])
+
+
+def fingerprints(spec: ContinuingSpec) -> list[str]:
+    """What a resume checks beyond the spec: nothing (a task is code, named in the spec)."""
+    return []
+
+
+def updates(spec: ContinuingSpec) -> int:
+    """The sweep's work in prediction updates, which `tuning.choose_form`
+    weighs: every run's steps, a step counted as `STEP_COST` updates."""
+    return spec.num_points * spec.seeds * spec.steps * STEP_COST
+
+
+def chunk_grid(spec: ContinuingSpec, group, chunk) -> dict:
+    """The program's input for one chunk: its points' grid columns (`program.grid_inputs`)."""
+    return program.grid_inputs(spec, group.indices[chunk.indices])
+
+
+def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None, on_block=None,
+                 form=None) -> Program:
+    """The program (`engine.programs.Program`) for chunks of `chunk` grid
+    points (`continuing.program.make_program`). `on_block` and `form` are the
+    interface's and unused (no block progress; the compiler options `form`
+    names are given when compiling)."""
+    return program.make_program(spec, group, chunk, devices)
+
+
+def program_sources(spec: ContinuingSpec) -> tuple:
+    """The task's code the programs bake in, for the executable caches' keys
+    (`ContinuingSpec.program_sources`)."""
+    return tuple(spec.program_sources())
+
+
+def assemble(spec: ContinuingSpec, groups, chunks, results: dict, meta: dict | None = None) -> ContinuingResult:
+    """The `ContinuingResult` in grid order from every chunk's outputs."""
+    cat = gather(spec.num_points, groups, chunks, results)
+    # The block means, divided here in the spec's dtype (IEEE division, as a
+    # replay of the runs divides; `program.make_run`).
+    reward = cat["reward_sum"] / np.asarray(spec.block_steps, cat["reward_sum"].dtype)
+    return ContinuingResult(spec=spec, grid=spec.grid_arrays(), reward=reward,
+                            rate_estimate=cat["rate_estimate"], max_abs_w=cat["max_abs_w"],
+                            q_table=cat.get("q_table"), meta=dict(meta or {}))
+
+
+run_chunks = execute.run_chunks  # called with `engine=` this module
+
+
+def run(spec: ContinuingSpec, *, chunk_size: int | None = None, devices=None, memory_budget: int | None = None,
+        progress: bool | None = None, compiler_options: dict | None = None,
+        on_chunk: Callable[[int, dict], None] | None = None,
+        done_chunks: dict[int, dict] | None = None, memory_plan: memory.Plan | None = None,
+        out: str | None = None, outputs=None, on_segment: Callable | None = None,
+        alloc: Callable | None = None) -> ContinuingResult:
+    """Runs the continuing sweep and returns a `ContinuingResult` (arguments as
+    `bec_jax.control.sweep.run`: chunk_size, devices, memory_budget, progress,
+    compiler_options, on_chunk, done_chunks, memory_plan, out). `outputs`,
+    `on_segment` and `alloc` are the interface's and unused: a chunk runs in
+    one call, and its logs are small."""
+    check_dtype(spec)
+    devices = list(devices) if devices is not None else jax.devices()
+    if chunk_size is not None:
+        chunk_size = plan_chunk(spec, chunk_size, len(devices))
+    pl = memory_plan or plan_memory(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
+                                    device=devices[0], out=out)
+    groups, chunks = plan(spec, pl.grid)
+    ran = run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
+                     on_chunk=on_chunk, progress=progress, engine=_FRONT)
+    steps = ran.computed_points * spec.seeds * spec.steps
+    meta = run_meta(devices, pl.grid, len(chunks), ran, len(done_chunks or {}), work={
+        "run_steps": steps,
+        "steps_per_s": steps / ran.run_time_s if ran.run_time_s > 0 else None})
+    return assemble(spec, groups, chunks, ran.results, meta)
+
+
+# -- joint runs: the hooks of `engine.joint` ----------------------------------------
+# A continuing sweep always runs alone for now (`joint_key` is None), so
+# `engine.joint` never calls the hooks that build a shared program; they are
+# here for the interface, and say so if called.
+
+Progress = None  # no block progress bar (`BLOCK_PROGRESS` is False): `run_chunks` never builds one
+
+
+def joint_key(spec: ContinuingSpec, devices) -> None:
+    """None: a continuing sweep runs alone (no joint program yet)."""
+    return None
+
+
+def _alone(*args, **kwargs):
+    raise NotImplementedError("continuing sweeps run alone (joint_key is None): no joint program")
+
+
+fits_together = joint_chunks = joint_grid = joint_progress = joint_program = split_joint = joint_meta = _alone
+
+
+def shared_programs(specs: list, devices=None) -> list[list[int]]:
+    """How `run_many` runs `specs`: each alone, by `run` (`engine.joint.shared_programs`
+    with `joint_key` None: a list of one index per sweep)."""
+    return joint.shared_programs(specs, _FRONT, devices)
+
+
+def run_many(specs: list, *, devices=None, compiler_options: dict | None = None,
+             progress: bool | None = False) -> list[ContinuingResult]:
+    """Runs every continuing sweep of `specs`, each by `run`, in order
+    (`engine.joint.run_many`)."""
+    return joint.run_many(specs, _FRONT, devices=devices, compiler_options=compiler_options, progress=progress)
