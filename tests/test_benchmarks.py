@@ -301,6 +301,20 @@ def test_kernel_prototype_reverts_freezes_and_takes_statistics_as_the_engine_doe
         np.testing.assert_allclose(got["sem"][:, g], np.where(cnt > 0, sem, np.nan), rtol=1e-4, atol=1e-6)
 
 
+def test_continuing_speed_script_smoke(tmp_path):
+    out = _run(["-m", "benchmarks.continuing_speed"], tmp_path)
+    d = json.loads((tmp_path / "continuing_speed_smoke.json").read_text())
+    _machine_ok(d)
+    _positive(d, "run_steps_per_s", "loop_steps_per_s", "full_grid_s", "full_grid_loop_s", "ratio")
+    b, loop = d["bec_jax"], d["python_loop"]
+    # The smoke grid: two values of each of alpha, eta, gamma and offset, 2 seeds x 100 steps.
+    assert (b["points"], b["seeds"], b["steps"]) == (16, 2, 100) and b["run_steps"] == 3200
+    assert b["compile_s"] > 0 and b["run_s"] > 0 and loop["steps"] == 1000 and loop["wall_s"] > 0
+    # Access-Control's rewards are priorities in {0, 1, 2, 4, 8}: a reward rate lies in [0, 8].
+    assert 0 <= b["loop_setting_reward_rate"] <= 8 and 0 <= loop["reward_rate"] <= 8
+    assert d["full_grid_run_steps"] == 1680 * 50 * 50_000 and "Python loop" in out
+
+
 @needs_cc
 def test_kernel_prototype_script_smoke(tmp_path):
     out = _run(["-m", "benchmarks.kernel_prototype"], tmp_path)

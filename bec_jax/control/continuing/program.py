@@ -2,7 +2,8 @@
 continuing sweep for its T steps as one compiled XLA program.
 
     program(seed, grid) = jit(over the grid's devices(
-        vmap over the chunk's G N runs (grid point-major) of
+        over the chunk's G N runs (grid point-major), vmap over batches of
+        at most BATCH_RUNS of them, in turn (lax.map), of
             scan over L log blocks (
                 scan over K steps (
                     epsilon-greedy act on Q(features(s)), ties broken at random,
@@ -41,6 +42,13 @@ from bec_jax.engine.streams import per_seed_keys
 # registry names none (a user's learner): reward centering's rbar, CQ's omega.
 RATE_FIELDS = ("rbar", "omega")
 OUTPUTS = ("reward_sum", "rate_estimate", "max_abs_w")  # (G, N, L) each; tabular tasks add "q_table"
+# Runs a device steps together (`batch_runs`). XLA:CPU runs a step of the batch
+# as a few dozen kernels, each over the whole batch; past a few thousand runs
+# the batch's arrays and weights no longer stay in the core's cache between
+# them. On Access-Control's full grid (84,000 runs, one device) a run-step took
+# 80 ns of CPU in one batch of all, 49 ns in batches of 1,600, 56 ns of 800
+# (benchmarks/README.md, "Continuing control").
+BATCH_RUNS = 1600
 
 
 def epsilon_greedy(u: jax.Array, q: jax.Array, epsilon) -> jax.Array:
@@ -138,6 +146,20 @@ def grid_inputs(spec: ContinuingSpec, indices: np.ndarray) -> dict:
     return {n: columns[n][np.asarray(indices)].astype(spec.dtype) for n in spec.names}
 
 
+def batch_runs(total: int, target: int | None = None) -> int:
+    """Runs a step of the program vectorises over at once: all `total` runs
+    where they are at most `target` (default `BATCH_RUNS`), else a divisor of
+    `total` in [target / 2, target] (so `lax.map` needs no second program for
+    a remainder), else `target`."""
+    target = BATCH_RUNS if target is None else target
+    if total <= target:
+        return total
+    for n in range(-(-total // target), 2 * (-(-total // target)) + 1):
+        if total % n == 0:
+            return total // n
+    return target
+
+
 def runs(spec: ContinuingSpec, seed, grid: dict, task=None) -> dict:
     """Every run of the grid points in `grid` (a dict of (G,) columns) for the
     spec's seeds: {output: (G, N, ...)}. The runs are one flat batch, grid
@@ -149,7 +171,13 @@ def runs(spec: ContinuingSpec, seed, grid: dict, task=None) -> dict:
     init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
     seed_index = jnp.tile(jnp.arange(N), G)
     cols = {n: jnp.repeat(v, N) for n, v in grid.items()}
-    out = jax.vmap(make_run(spec, task))(init_keys[seed_index], stream_keys[seed_index], cols)
+    run = make_run(spec, task)
+    xs = (init_keys[seed_index], stream_keys[seed_index], cols)
+    batch = batch_runs(G * N)
+    if batch >= G * N:
+        out = jax.vmap(run)(*xs)
+    else:  # the runs in turn, `batch` at a time (a scan over vmapped batches; each run's bits are the same)
+        out = jax.lax.map(lambda x: run(*x), xs, batch_size=batch)
     return {k: v.reshape((G, N) + v.shape[1:]) for k, v in out.items()}
 
 
@@ -167,5 +195,5 @@ def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None)
     return Program(spec=spec, group=group, fn=jit_over_grid(program, mesh), chunk=chunk, mesh=mesh)
 
 
-__all__ = ["OUTPUTS", "RATE_FIELDS", "epsilon_greedy", "grid_inputs", "initial_weights", "make_program",
+__all__ = ["BATCH_RUNS", "OUTPUTS", "RATE_FIELDS", "batch_runs", "epsilon_greedy", "grid_inputs", "initial_weights", "make_program",
            "make_run", "rate_field", "runs"]

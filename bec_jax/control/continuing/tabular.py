@@ -52,7 +52,37 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bec_jax import threefry
 from bec_jax.control.continuing.env import ContinuingEnv, check_model, positive_int, probability
+
+# The key implementations whose `jax.random.uniform` bits `uniforms` computes
+# itself: bec_jax's fused threefry (`threefry.IMPL`), and JAX's threefry in its
+# partitionable mode (JAX's default), which draws the same bits.
+_FUSED = str(threefry.IMPL)
+
+
+def uniforms(key: jax.Array, count: int) -> jax.Array:
+    """`jax.random.uniform(key, (count,), float32)`, bit for bit, for one
+    threefry key: word i is the hash of the counter (0, i), its two halves
+    XORed (JAX's partitionable threefry), its top 23 bits the mantissa of a
+    float in [1, 2), minus 1. Written as `count` separate hashes of scalars
+    rather than one hash of a (count,) counter: under vmap each is then an
+    elementwise chain over the batch of runs, which XLA:CPU vectorises along
+    the runs; the (runs, count) form with its short minor axis ran the
+    Access-Control step about 3x slower (benchmarks/README.md,
+    "Continuing control"). Keys of other implementations (or JAX's threefry
+    outside its partitionable mode) go to `jax.random.uniform`."""
+    impl = str(jax.random.key_impl(key))
+    if not (impl == _FUSED or (impl == "threefry2x32" and jax.config.jax_threefry_partitionable)):
+        return jax.random.uniform(key, (count,), jnp.float32)
+    words = jax.random.key_data(key)
+    one = jnp.uint32(0x3F800000)  # the bits of 1.0f: exponent 0, mantissa from the hash
+    out = []
+    for i in range(count):
+        hi, lo = threefry.hash2x32(words[0], words[1], jnp.uint32(0), jnp.uint32(i))
+        mantissa = (hi ^ lo) >> jnp.uint32(32 - 23)
+        out.append(jax.lax.bitcast_convert_type(mantissa | one, jnp.float32) - jnp.float32(1.0))
+    return jnp.stack(out)
 
 
 def one_hot_features(num_states: int, num_actions: int):
@@ -206,11 +236,11 @@ def access_control(num_servers=10, priorities=(1, 2, 4, 8), free_probability=0.0
         accepted = (jnp.asarray(action, jnp.int32) == 1) & (busy < n)
         reward = jnp.where(accepted, prio_j[i], jnp.float32(0.0))
         busy = busy + accepted.astype(jnp.int32)
-        # One bulk draw of N + 1 uniforms (one threefry call, DESIGN.md's
-        # performance notes): the first picks the next priority, floor(u K);
-        # the others are Bernoulli(p) draws on the first `busy` of N slots,
-        # whose sum is Binomial(busy, p).
-        u = jax.random.uniform(key, (n + 1,), jnp.float32)
+        # One bulk draw of N + 1 uniforms (DESIGN.md's performance notes),
+        # `uniforms`: the first picks the next priority, floor(u K); the others
+        # are Bernoulli(p) draws on the first `busy` of N slots, whose sum is
+        # Binomial(busy, p).
+        u = uniforms(key, n + 1)
         nxt_i = jnp.minimum((u[0] * k).astype(jnp.int32), k - 1)
         freed = jnp.sum((u[1:] < p) & (slots < busy)).astype(jnp.int32)
         return (busy - freed) * k + nxt_i, reward
@@ -226,4 +256,4 @@ def access_control(num_servers=10, priorities=(1, 2, 4, 8), free_probability=0.0
 
 
 __all__ = ["access_control", "access_control_model", "identity_index", "one_hot_features", "river_swim",
-           "table_env", "two_choice"]
+           "table_env", "two_choice", "uniforms"]
