@@ -5,7 +5,7 @@ import csv
 import json
 
 from bec_jax import provenance
-from bec_jax.experiments import control, paper, tdrc
+from bec_jax.experiments import control, paper, reward_centering, tdrc
 from bec_jax.experiments.reproduction import Reproduction, cost_seconds, is_output
 
 
@@ -46,13 +46,13 @@ def test_a_run_marks_its_directory_from_the_start_and_completes_it(tmp_path):
 
 
 def test_each_reproduction_recognises_only_its_own_output(tmp_path):
-    for mod in (paper, tdrc, control):
+    for mod in (paper, tdrc, control, reward_centering):
         d = tmp_path / mod.__name__.rsplit(".", 1)[1]
         d.mkdir()
         assert not mod.is_reproduce_dir(str(d))
         (d / "meta.json").write_text(json.dumps({"kind": mod.KIND, "complete": False}))
         assert mod.is_reproduce_dir(str(d))
-        mods = (paper, tdrc, control)
+        mods = (paper, tdrc, control, reward_centering)
         assert [m.is_reproduce_dir(str(d)) for m in mods] == [m is mod for m in mods]
     # paper's output written before meta.json named its kind: recognised by its records.
     old = tmp_path / "old"
