@@ -104,7 +104,7 @@ def test_a_bad_section_exits_2_with_one_line(capsys):
     assert main(["list", "envs"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["bec-jax: error: what: unknown list 'envs'; choose one of all, environments, algorithms, "
-                   "metrics, tasks, control-algorithms"]
+                   "metrics, tasks, control-algorithms, continuing-tasks, continuing-algorithms"]
 
 
 def test_defaults_are_json_values():

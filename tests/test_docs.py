@@ -97,16 +97,18 @@ def _commands(block: str) -> list[list[str]]:
 
 
 def _check_command(argv: list[str]) -> bool:
-    """Parses a command line; for `run` and `control` on sources found from the
-    repository root, also builds its spec (which refuses an option the algorithm
-    does not declare). True if the spec was built."""
+    """Parses a command line; for `run`, `control` and `continuing` on sources
+    found from the repository root, also builds its spec (which refuses an option
+    the algorithm does not declare). True if the spec was built."""
     from bec_jax.cli import args as cli_args
     from bec_jax.cli import commands as cli
     args = cli.parse(argv)
-    if args.command not in ("run", "control") or any(
-            s in a for a in argv for s in ("--config", "--resume", "mine:", "mytasks:", "mymod:", ".npz", ".toml")):
+    build = {"run": cli_args.spec_from_args, "control": cli_args.control_spec_from_args,
+             "continuing": cli_args.continuing_spec_from_args}
+    if args.command not in build or any(s in a for a in argv for s in (
+            "--config", "--resume", "mine:", "mytasks:", "mymod:", "commute:", ".npz", ".toml")):
         return False
-    (cli_args.spec_from_args if args.command == "run" else cli_args.control_spec_from_args)(args)
+    build[args.command](args)
     return True
 
 

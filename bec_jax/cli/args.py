@@ -1,6 +1,6 @@
 """Command-line values and specs: the argparse value types, the one-line
-usage error (`UsageError`, naming the field), and the specs `bec-jax run` and
-`bec-jax control` build from their arguments or a TOML file. `bec_jax.cli.commands` is
+usage error (`UsageError`, naming the field), and the specs `bec-jax run`,
+`bec-jax control` and `bec-jax continuing` build from their arguments or a TOML file. `bec_jax.cli.commands` is
 the parser and the commands.
 """
 from __future__ import annotations
@@ -11,6 +11,9 @@ import re
 
 from bec_jax import algorithms
 from bec_jax.control import algorithms as control_algorithms
+from bec_jax.control.continuing import learners as continuing_learners
+from bec_jax.control.continuing.spec import LOOP_AXES as CONTINUING_LOOP_AXES
+from bec_jax.control.continuing.spec import ContinuingSpec
 from bec_jax.control.spec import LOOP_AXES, ControlSpec
 from bec_jax.prediction.spec import ScheduleSpec, SweepSpec
 
@@ -169,6 +172,23 @@ def hyper_options(extra: list[str]) -> dict:
     return out
 
 
+def join_negative_lists(argv: list[str], options: tuple[str, ...]) -> list[str]:
+    """`argv` with `OPTION -8,0,8` written `OPTION=-8,0,8` for each of `options`:
+    argparse takes a value starting with a minus sign for an option unless it is
+    one number."""
+    out = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok in options and i + 1 < len(argv) and re.match(r"-[\d.]", argv[i + 1]):
+            out.append(f"{tok}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
 def config_table(args) -> dict:
     """The spec table of `args.config` (a TOML file); its `out = "DIR"` sets
     `args.out` unless --out was given."""
@@ -286,3 +306,57 @@ def control_spec_from_args(args):
             kw[name] = vals[0] if len(vals) == 1 else list(vals)
     return ControlSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper, task_params=params,
                        task_axes=axes, **kw)
+
+
+# `bec-jax continuing`'s options (dest) -> the `ContinuingSpec` field each sets.
+CONTINUING_FIELDS = {"task": "task", "algorithm": "algorithm", "epsilon": "epsilon", "gamma": "gamma",
+                     "offset": "reward_offset", "q0": "q0", "seeds": "seeds", "steps": "steps",
+                     "log_every": "log_every", "seed": "seed", "dtype": "dtype"}
+
+
+def _continuing_task_params(pairs) -> dict:
+    """{name: value} of `--task-param NAME=VALUE` pairs: one value each, several
+    numbers the parameter's list value (priorities=1,2,4,8); a name given twice
+    is refused. A continuing sweep has no task axis."""
+    params = {}
+    for name, vals in pairs or ():
+        if name in params:
+            raise UsageError(f"task_params.{name}: given twice")
+        params[name] = vals[0] if len(vals) == 1 else list(vals)
+    return params
+
+
+def continuing_spec_from_args(args):
+    """A validated `ContinuingSpec` from parsed `continuing` arguments (or its
+    TOML file, alone): every learner hyperparameter is an `--NAME v1,v2` option
+    (`args.hyper`), the loop's epsilon, gamma, offset and q0 a value or a grid
+    axis; `UsageError`/`ValueError` naming the field otherwise."""
+    extra = getattr(args, "hyper", None) or {}
+    given = [d for d in CONTINUING_FIELDS if getattr(args, d, None) is not None]
+    given += (["task_params"] if args.task_param else []) + list(extra)
+    if args.config:
+        if given:
+            raise UsageError(f"{CONTINUING_FIELDS.get(given[0], given[0])}: given both on the command line and by "
+                             f"--config {args.config!r}; put it in the config file")
+        return ContinuingSpec.from_dict(config_table(args))
+    missing = [n for n in ("task", "algorithm") if getattr(args, n) is None]
+    if missing:
+        raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")
+    alg = continuing_learners.get(args.algorithm)
+    hyper = {}
+    for name, text in extra.items():
+        if name not in alg.names:
+            raise UsageError(f"{name}: unknown option --{name.replace('_', '-')}; {alg.name} takes "
+                             f"{', '.join('--' + n for n in alg.names) or 'no hyperparameters'}; see --help")
+        hyper[name] = values(name, text) if alg.hyperparameter(name).static else numbers(name, text)
+    kw = {}
+    for dest, field in CONTINUING_FIELDS.items():
+        v = getattr(args, dest, None)
+        if v is None or dest in ("task", "algorithm"):
+            continue
+        if field in CONTINUING_LOOP_AXES:  # one value: the loop's; several: a grid axis
+            vals = numbers(field, v)
+            v = vals[0] if len(vals) == 1 else list(vals)
+        kw[field] = v
+    return ContinuingSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper,
+                          task_params=_continuing_task_params(args.task_param), **kw)

@@ -5,7 +5,9 @@ factories' keyword parameters (`inspect.signature`), algorithms with their
 declared `Hyperparameter`s and the equations they cite (`Algorithm.equations`),
 metrics with their registered documentation. A name registered before listing
 (`envs.register`, `algorithms.register`, `metrics.register_metric`,
-`control.tasks.register`, `control.algorithms.register`) is listed with the rest.
+`control.tasks.register`, `control.algorithms.register`,
+`control.continuing.tasks.register`, `control.continuing.learners.register`)
+is listed with the rest.
 
 The registries are imported inside the functions: `version_text` imports no JAX.
 """
@@ -18,7 +20,8 @@ import math
 import bec_jax
 
 # What `bec-jax list WHAT` takes, in the order `all` prints them.
-SECTIONS = ("environments", "algorithms", "metrics", "tasks", "control-algorithms")
+SECTIONS = ("environments", "algorithms", "metrics", "tasks", "control-algorithms", "continuing-tasks",
+            "continuing-algorithms")
 
 _TITLES = {
     "environments": "environments (bec-jax run --env NAME [--env-param NAME=v1,v2])",
@@ -26,6 +29,8 @@ _TITLES = {
     "metrics": "metrics (bec-jax run --metrics NAME,...)",
     "tasks": "control tasks (bec-jax control --task NAME [--task-param NAME=VALUE])",
     "control-algorithms": "control algorithms (bec-jax control --algorithm NAME --HYPERPARAMETER v1,v2)",
+    "continuing-tasks": "continuing tasks (bec-jax continuing --task NAME [--task-param NAME=VALUE])",
+    "continuing-algorithms": "continuing learners (bec-jax continuing --algorithm NAME --HYPERPARAMETER v1,v2)",
 }
 
 
@@ -111,8 +116,22 @@ def control_algorithms() -> list[dict]:
     return [_algorithm(algs.get(n)) for n in algs.names()]
 
 
+def continuing_tasks() -> list[dict]:
+    """The registered continuing tasks: name, parameters (with defaults) and doc line."""
+    from bec_jax.control.continuing import tasks as t
+    return [{"name": n, "parameters": _parameters(t.TASKS[n]), "doc": _first_line(t.TASKS[n].__doc__)}
+            for n in t.names()]
+
+
+def continuing_algorithms() -> list[dict]:
+    """The registered continuing learners: hyperparameters and equations."""
+    from bec_jax.control.continuing import learners
+    return [_algorithm(learners.get(n)) for n in learners.names()]
+
+
 _BUILD = {"environments": environments, "algorithms": algorithms, "metrics": metrics, "tasks": tasks,
-          "control-algorithms": control_algorithms}
+          "control-algorithms": control_algorithms, "continuing-tasks": continuing_tasks,
+          "continuing-algorithms": continuing_algorithms}
 
 
 def catalog(what: str = "all") -> dict:
@@ -132,7 +151,7 @@ def _params_text(params: list[dict]) -> str:
 def _entry_lines(section: str, e: dict) -> list[str]:
     if section == "metrics":
         return [f"  {e['name']}", f"      {e['doc']}"]
-    if section in ("environments", "tasks"):
+    if section in ("environments", "tasks", "continuing-tasks"):
         lines = [f"  {e['name']}({_params_text(e['parameters'])})"]
         if e["doc"]:
             lines.append(f"      {e['doc']}")

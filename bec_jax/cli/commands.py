@@ -9,10 +9,13 @@
     bec-jax run ... --confirm-seeds N       (the best setting again on N fresh seeds)
     bec-jax study FILE.toml --out DIR [--resume]
     bec-jax control --task TASK --algorithm ALG --alpha LIST [--beta/--zeta LIST] --episodes E --out DIR
+    bec-jax continuing --task TASK --algorithm ALG --alpha LIST [--eta LIST] [--gamma LIST]
+                [--offset LIST] --seeds N --steps T --out DIR      (continuing control: the reward rate)
     bec-jax plot DIR... [--out PLOTS]       (runs or studies: curves, sensitivity, table)
     bec-jax compare DIR... --out FIG.png    (their best curves on one figure)
-    bec-jax reproduce [--paper bec|tdrc|control] [--quick] [--out DIR] [--overwrite]
-    bec-jax list [environments|algorithms|metrics|tasks|control-algorithms] [--json]
+    bec-jax reproduce [--paper bec|tdrc|control|reward-centering] [--quick] [--out DIR] [--overwrite]
+    bec-jax list [environments|algorithms|metrics|tasks|control-algorithms|continuing-tasks|
+                  continuing-algorithms] [--json]
     bec-jax --version
 
 ENV is a registered name, an .npz/.toml MDP file or package.module:function; ALG
@@ -24,7 +27,7 @@ Bad input is refused before any work starts, with one line
 `bec-jax: error: <field>: <what was given and what is allowed>`, exit status 2,
 no traceback, and nothing written. Running into a directory, resuming and
 stopping on Ctrl-C/SIGTERM are `bec_jax.run.runner`'s; see its docstring. A long
-command (run, control, study, reproduce) that makes no progress for
+command (run, control, continuing, study, reproduce) that makes no progress for
 --stall-timeout seconds (no CPU used, no chunk finished: a deadlock) leaves its
 thread stacks in DIR/stall-<pid>.txt and exits with status 75 (`bec_jax.run.watchdog`).
 """
@@ -40,9 +43,11 @@ import sys
 from bec_jax.cli import parser as cli_parser
 from bec_jax.cli.args import (
     UsageError,
+    continuing_spec_from_args,
     control_spec_from_args,
     given_options,
     hyper_options,
+    join_negative_lists,
     numbers,
     spec_from_args,
     value,
@@ -242,6 +247,35 @@ def cmd_control(args) -> int:
     return 0
 
 
+def continuing_summary(result) -> str:
+    """`bec-jax continuing`'s line on a `ContinuingResult`: the best setting by
+    the reward rate over the whole run, its reward rate over the last 10% with
+    the 95% interval over seeds, and a tabular task's optimal gain."""
+    from bec_jax.control.continuing.plotting import setting
+    b = result.best_index("all")
+    mean, low, high = (float(x[b]) for x in result.rate_interval("last10"))
+    gain = result.optimal_gain
+    return (f"best by reward rate over the whole run: {setting(result, b)}  reward rate over the last 10%: "
+            f"{mean:.4g} [{low:.4g}, {high:.4g}] (95% CI)"
+            + (f"; optimal gain {gain:.4g}" if gain is not None else ""))
+
+
+def cmd_continuing(args) -> int:
+    """`bec-jax continuing`: one continuing control sweep into --out, and its summary."""
+    spec = _spec_or_resume(args, bool(args.task or args.algorithm or args.hyper), continuing_spec_from_args)
+    result = _run_into_dir(spec, args, "continuing")
+    if isinstance(result, int):
+        return result
+    m = result.meta
+    speed = f", {m['steps_per_s'] / 1e6:.1f} M run-steps/s" if m.get("steps_per_s") else ""
+    print(f"{result.task} / {result.algorithm}: {result.num_points} grid points x {result.seeds} seeds x "
+          f"{result.blocks * result.block_steps} steps in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s "
+          f"compile{_timing_note(m)}){speed}")
+    print(continuing_summary(result))
+    print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
+    return 0
+
+
 def cmd_study(args) -> int:
     from bec_jax.run import runner, study
     st = study.load(args.file) if args.file else None
@@ -345,7 +379,7 @@ def cmd_compare(args) -> int:
     return 0
 
 
-PAPERS = ("bec", "tdrc", "control")
+PAPERS = ("bec", "tdrc", "control", "reward-centering")
 
 
 def cmd_analyze(args) -> int:
@@ -366,15 +400,15 @@ def cmd_reproduce(args) -> int:
     from bec_jax.run import rundir
     if args.paper not in PAPERS:
         raise UsageError(f"paper: unknown paper {args.paper!r}; known: {', '.join(PAPERS)}")
-    exp = importlib.import_module("bec_jax.experiments." + {"bec": "paper", "tdrc": "tdrc",
-                                                             "control": "control"}[args.paper])
-    out = args.out or os.path.join("results", "paper" if args.paper == "bec" else args.paper)
+    module = {"bec": "paper", "tdrc": "tdrc", "control": "control", "reward-centering": "reward_centering"}
+    exp = importlib.import_module("bec_jax.experiments." + module[args.paper])
+    out = args.out or os.path.join("results", "paper" if args.paper == "bec" else module[args.paper])
     enable_compilation_cache()
     again = (f"to start it again: bec-jax reproduce --paper {args.paper}{' --quick' if args.quick else ''} "
              f"--out {shlex.quote(out)}")
     guard = _watchdog(args, out, again)  # a bad BEC_JAX_STALL_TIMEOUT is refused before --out is made
     rundir.prepare_out_dir(out, args.overwrite, allow=exp.is_reproduce_dir)
-    if args.mean_square and args.paper == "control":
+    if args.mean_square and args.paper in ("control", "reward-centering"):
         raise UsageError("mean_square: --mean-square checks the prediction reproductions (--paper bec or tdrc)")
     with guard:
         exp.reproduce(out_dir=out, quick=args.quick, **({"mean_square": True} if args.mean_square else {}))
@@ -420,8 +454,11 @@ def parse(argv=None):
     """Parsed arguments; `run`'s hyperparameter options (`--NAME LIST`, whatever
     the algorithm declares) land in `args.hyper`."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["continuing"]:  # --offset -8,0,8: a list of negative numbers, not an option
+        argv = join_negative_lists(argv, ("--offset", "--q0", "--gamma", "--epsilon"))
     args, extra = parser.parse_known_args(argv)
-    if args.command in ("run", "control", "analyze"):  # the algorithm's declared hyperparameters: --NAME v1,v2
+    if args.command in ("run", "control", "continuing", "analyze"):  # the algorithm's declared hyperparameters: --NAME v1,v2
         args.hyper = hyper_options(extra)
     elif extra:
         tok = extra[0]
@@ -433,8 +470,8 @@ def parse(argv=None):
 
 def build_parser() -> argparse.ArgumentParser:
     """The `bec-jax` parser (`cli_parser.build_parser`) with this module's commands."""
-    commands = {"run": cmd_run, "control": cmd_control, "study": cmd_study, "plot": cmd_plot,
-                "compare": cmd_compare, "reproduce": cmd_reproduce, "analyze": cmd_analyze, "list": cmd_list}
+    commands = {"run": cmd_run, "control": cmd_control, "continuing": cmd_continuing, "study": cmd_study,
+                "plot": cmd_plot, "compare": cmd_compare, "reproduce": cmd_reproduce, "analyze": cmd_analyze, "list": cmd_list}
     return cli_parser.build_parser(commands, __doc__.split("\n\n")[0])
 
 

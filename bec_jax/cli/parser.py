@@ -18,6 +18,8 @@ from bec_jax.cli.args import (
 )
 from bec_jax.control import algorithms as control_algorithms
 from bec_jax.control import tasks as control_tasks
+from bec_jax.control.continuing import learners as continuing_learners
+from bec_jax.control.continuing import tasks as continuing_tasks
 from bec_jax.prediction import sampling
 from bec_jax.prediction.spec import ScheduleSpec, SweepSpec
 from bec_jax.theory import metrics
@@ -53,6 +55,7 @@ def build_parser(commands: dict, description: str) -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     _add_run(sub, commands["run"])
     _add_control(sub, commands["control"])
+    _add_continuing(sub, commands["continuing"])
     _add_study(sub, commands["study"])
     _add_plot(sub, commands["plot"])
     _add_compare(sub, commands["compare"])
@@ -158,6 +161,46 @@ def _add_control(sub, command) -> None:
     c.set_defaults(func=command)
 
 
+def _add_continuing(sub, command) -> None:
+    """The `bec-jax continuing` subcommand and its options."""
+    c = sub.add_parser("continuing", help="run one continuing control sweep (no episodes; the reward rate)",
+                       allow_abbrev=False,
+                       epilog="Every hyperparameter the learner declares is an option: --NAME v1,v2,... (e.g. "
+                              "--alpha 0.1,0.5 --eta 0.1,1 for q_vrc, --beta for cq). `bec-jax list "
+                              "continuing-tasks` and `bec-jax list continuing-algorithms` show the tasks' "
+                              "parameters and the learners' hyperparameters and equations.")
+    c.add_argument("--config", help="TOML file with the continuing spec's fields")
+    c.add_argument("--task", help=f"{listing(continuing_tasks.names(), last=None)} or package.module:function")
+    c.add_argument("--task-param", action="append", type=env_param_arg, metavar="NAME=VALUE",
+                   help="a task parameter, e.g. num_servers=4 (repeatable); several numbers are the "
+                        "parameter's list value (priorities=1,2,4,8)")
+    c.add_argument("--algorithm", help=f"{listing(continuing_learners.names(), last=None)} or "
+                                       "package.module:attribute")
+    c.add_argument("--epsilon", metavar="v1,v2,...", help="epsilon-greedy's epsilon (default 0.1; several: a grid axis)")
+    c.add_argument("--gamma", metavar="v1,v2,...",
+                   help="the learner's discount in [0, 1] (default 0.99; several: a grid axis; average-reward "
+                        "learners ignore it)")
+    c.add_argument("--offset", metavar="v1,v2,...",
+                   help="a constant added to every reward the learner sees (default 0; several: a grid axis); "
+                        "the reported reward rate is the task's own")
+    c.add_argument("--q0", metavar="v1,v2,...", help="initial action values (default 0; several: a grid axis)")
+    c.add_argument("--seeds", type=int_arg("seeds"), help="runs per setting (default 10)")
+    c.add_argument("--steps", type=int_arg("steps"), help="steps of every run (default 10000)")
+    c.add_argument("--log-every", type=int_arg("log_every"),
+                   help="steps per log block; steps / log_every must be a multiple of 10 (default steps / 100)")
+    c.add_argument("--seed", type=int_arg("seed"), help="default 0")
+    c.add_argument("--dtype", help="float32 (default) or float64")
+    c.add_argument("--chunk-size", type=int_arg("chunk_size"))
+    c.add_argument("--memory-budget", type=size_arg, metavar="SIZE",
+                   help="device memory one compiled call may use, e.g. 3GB (default: 2 GiB or what is free)")
+    c.add_argument("--out")
+    c.add_argument("--overwrite", action="store_true", help="allow a non-empty --out (start over)")
+    c.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
+    c.add_argument("--chunks", metavar="K/N", help="compute only the K-th of N parts into --out")
+    c.add_argument("--stall-timeout", type=stall_timeout_arg, metavar="SECONDS", help=STALL_HELP)
+    c.set_defaults(func=command)
+
+
 def _add_study(sub, command) -> None:
     """The `bec-jax study` subcommand and its options."""
     st = sub.add_parser("study", help="run several sweeps from one TOML file", allow_abbrev=False)
@@ -202,8 +245,10 @@ def _add_reproduce(sub, command) -> None:
     q = sub.add_parser("reproduce", help="reproduce a paper's experiments", allow_abbrev=False)
     q.add_argument("--paper", default="bec",
                    help="bec (Bellman Error Centering, the default; into results/paper), tdrc (Ghiassian et al. "
-                        "2020's prediction experiment with the off-policy suite; into results/tdrc) or control "
-                        "(the authors' control experiments: Q, CQ, GQ, CGQ on four tasks; into results/control)")
+                        "2020's prediction experiment with the off-policy suite; into results/tdrc), control "
+                        "(the authors' control experiments: Q, CQ, GQ, CGQ on four tasks; into results/control) "
+                        "or reward-centering (Naik et al. 2024's continuing tabular experiments: Q with and "
+                        "without reward centering on Access-Control and TwoChoice; into results/reward_centering)")
     q.add_argument("--quick", action="store_true", help="few seeds, short runs, small grids")
     q.add_argument("--mean-square", action="store_true",
                    help="also every grid point's exact mean-square prediction against its run, with long re-runs "
