@@ -12,7 +12,7 @@ import pytest
 from bec_jax.control.continuing import learners as cl
 from bec_jax.control.transition import ControlTransition
 
-NAMES = ["q", "q_src", "q_vrc", "q_src_unbiased", "q_vrc_unbiased", "cq", "diff_q", "rvi_q"]
+NAMES = ["q", "q_src", "q_vrc", "q_src_unbiased", "q_vrc_unbiased", "cq", "cgq", "diff_q", "rvi_q"]
 
 
 def tr_of(active, next_active, reward, gamma):

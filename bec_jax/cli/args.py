@@ -316,8 +316,10 @@ CONTINUING_FIELDS = {"task": "task", "algorithm": "algorithm", "epsilon": "epsil
 
 def _continuing_task_params(pairs) -> dict:
     """{name: value} of `--task-param NAME=VALUE` pairs: one value each, several
-    numbers the parameter's list value (priorities=1,2,4,8); a name given twice
-    is refused. A continuing sweep has no task axis."""
+    numbers a list, which the spec reads as a grid axis for a scalar parameter
+    (free_probability=0.04,0.06) and as the value of a sequence-valued one
+    (priorities=1,2,4,8; `continuing.spec.is_task_axis`); a name given twice
+    is refused."""
     params = {}
     for name, vals in pairs or ():
         if name in params:

@@ -172,8 +172,9 @@ def _add_continuing(sub, command) -> None:
     c.add_argument("--config", help="TOML file with the continuing spec's fields")
     c.add_argument("--task", help=f"{listing(continuing_tasks.names(), last=None)} or package.module:function")
     c.add_argument("--task-param", action="append", type=env_param_arg, metavar="NAME=VALUE",
-                   help="a task parameter, e.g. num_servers=4 (repeatable); several numbers are the "
-                        "parameter's list value (priorities=1,2,4,8)")
+                   help="a task parameter, e.g. num_servers=4 (repeatable); several numbers are a grid "
+                        "axis (free_probability=0.04,0.06), or the list value of a parameter whose "
+                        "default is a list (priorities=1,2,4,8)")
     c.add_argument("--algorithm", help=f"{listing(continuing_learners.names(), last=None)} or "
                                        "package.module:attribute")
     c.add_argument("--epsilon", metavar="v1,v2,...", help="epsilon-greedy's epsilon (default 0.1; several: a grid axis)")

@@ -186,7 +186,7 @@ def _catch_env(name, params, reset, step, features_fn, k, num_active) -> Continu
 
 
 def catch(*, rows: int = 10, columns: int = 5, spawn_probability: float = 0.1, features: str = "tiles",
-          num_tilings: int = 16, bins=3) -> ContinuingEnv:
+          num_tilings: int = 16, bins=(3, 3, 3)) -> ContinuingEnv:
     """csuite's continuing Catch (`csuite/environments/catch.py` at commit
     b74faed; module docstring): 3 actions, rewards +1 / -1 / 0. `features`:
     tiles (`num_tilings` tilings of `bins` per dimension), onehot or board."""
@@ -214,7 +214,7 @@ WIND_DELTA = (0, -1, 1)
 
 
 def windy_catch(*, rows: int = 10, columns: int = 5, spawn_probability: float = 0.1, change_every: int = 100_000,
-                features: str = "tiles", num_tilings: int = 16, bins=3) -> ContinuingEnv:
+                features: str = "tiles", num_tilings: int = 16, bins=(3, 3, 3)) -> ContinuingEnv:
     """csuite's Windy Catch (`csuite/environments/windy_catch.py` at commit
     b74faed; module docstring): Catch whose balls drift one column per step
     (wrapping) with a wind redrawn every `change_every` steps; the wind is
@@ -303,7 +303,7 @@ def _real(field: str, value, *, low: float = -math.inf, strict: bool = False) ->
 
 def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_size: float = 0.05,
              act_step_period: int = 4, max_speed: float | None = None, reward_angle: float = 30.0,
-             start_angle: float = 0.0, start_velocity: float = 0.0, num_tilings: int = 8, bins=7,
+             start_angle: float = 0.0, start_velocity: float = 0.0, num_tilings: int = 8, bins=(7, 7, 7),
              velocity_bound: float = 10.0) -> ContinuingEnv:
     """csuite's continuing Pendulum with discrete torques
     (`csuite/environments/pendulum.py` at commit b74faed): theta'' = tau - mu

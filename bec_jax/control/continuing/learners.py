@@ -27,6 +27,12 @@ the lowest index on ties. With delta = r + gamma Q(s', a*) - Q(s, a):
   cq               centered Q-learning (control's `cq`, the same descriptor: the
                    BEC paper's eqs. (28)-(29) [omega, theta] on action values),
                    with its own step size beta, not tied to alpha.
+  cgq              centered Greedy-GQ (control's `cgq`, the same descriptor: the
+                   BEC paper's eqs. (32)-(34) [thetavmtdc, uvmtdc, omegavmtdc]
+                   on action values): CQ's updates plus the gradient correction
+                   w -= alpha gamma p phi(s', a*), u += zeta (delta - omega - p)
+                   phi(s, a), p = u^T phi(s, a); at zeta = 0 it is cq bit for bit
+                   (control's `case_of`: u stays 0, the correction adds -0).
   diff_q           differential Q-learning (Wan, Naik & Sutton, ICML 2021, arXiv
                    2006.16318):
                    delta_d = r - rbar + Q(s', a*) - Q(s, a), no discount;
@@ -61,7 +67,7 @@ a random stream of 200 transitions. diff_q is q_vrc at gamma = 1, bit for bit
 (r + 1 * Q equals r + Q in IEEE arithmetic).
 
 The reward-rate estimate each learner keeps, for the front's metrics, is the
-state field `rate_field(name)` names (`RATE_FIELDS`): rbar, omega (cq), or None
+state field `rate_field(name)` names (`RATE_FIELDS`): rbar, omega (cq, cgq), or None
 (q). `Algorithm` has no slot for it, so this module keeps the table (the base
 class is unchanged); `register(alg, rate_field=...)` adds a user's.
 """
@@ -336,7 +342,8 @@ def rate_field(ref) -> str | None:
     return None
 
 
-# q and cq are control's own descriptors (one object in both registries).
+# q, cq and cgq are control's own descriptors (one object in both registries).
 for _alg, _field in ((control.Q, None), (Q_SRC, "rbar"), (Q_VRC, "rbar"), (Q_SRC_UNBIASED, "rbar"),
-                     (Q_VRC_UNBIASED, "rbar"), (control.CQ, "omega"), (DIFF_Q, "rbar"), (RVI_Q, "rbar")):
+                     (Q_VRC_UNBIASED, "rbar"), (control.CQ, "omega"), (control.CGQ, "omega"), (DIFF_Q, "rbar"),
+                     (RVI_Q, "rbar")):
     register(_alg, rate_field=_field)

@@ -162,25 +162,43 @@ class ContinuingResult:
     @functools.cached_property
     def optimal(self):
         """The task's exact `exact.Optimal` (gain, policy, h, q), or None for a
-        task without a model (or a loaded result whose task cannot be built)."""
+        task without a model, a sweep with task axes (each point's is
+        `optimal_at`) or a loaded result whose task cannot be built."""
+        if self.spec is None or self.spec.task_axes:
+            return None
+        return self.optimal_at(0)
+
+    def optimal_at(self, i: int):
+        """The exact `exact.Optimal` of grid point i's task (its task axes'
+        values), or None as `optimal`; computed once per task."""
         if self.spec is None:
             return None
-        task = self.spec.make_task()
-        if not (task.num_states > 0 and task.model is not None):
-            return None
-        return exact.optimal(*task.model())
+        point = self.spec.grid_points()[i]
+        combo = tuple((n, point[n]) for n in self.spec.task_axes)
+        if combo not in self._optima:
+            task = self.spec.make_task(dict(combo))
+            has_model = task.num_states > 0 and task.model is not None
+            self._optima[combo] = exact.optimal(*task.model()) if has_model else None
+        return self._optima[combo]
+
+    @functools.cached_property
+    def _optima(self) -> dict:
+        return {}
 
     @property
     def optimal_gain(self) -> float | None:
-        """The optimal average reward of a tabular task (None otherwise)."""
+        """The optimal average reward of a tabular task (None otherwise, and
+        with task axes: see `optimal_at`)."""
         return None if self.optimal is None else float(self.optimal.gain)
 
     def greedy_optimal_fraction(self) -> np.ndarray | None:
         """(G, N) the fraction of states where each run's final greedy policy
-        is optimal (`exact.greedy_optimal_fraction`); None without a model."""
-        if self.optimal is None or self.q_table is None:
+        is optimal for its point's task (`exact.greedy_optimal_fraction`);
+        None without a model."""
+        if self.q_table is None or self.optimal_at(0) is None:
             return None
-        return np.asarray(exact.greedy_optimal_fraction(self.q_table, self.optimal), np.float64)
+        return np.stack([np.asarray(exact.greedy_optimal_fraction(self.q_table[i], self.optimal_at(i)), np.float64)
+                         for i in range(self.num_points)])
 
     # -- summary -----------------------------------------------------------------
     def summary(self) -> list[dict]:
@@ -192,7 +210,6 @@ class ContinuingResult:
         of states whose final greedy action is optimal."""
         rates = {w: self.rate_interval(w) for w in WINDOWS}
         est = self.rate_estimate[..., -1].astype(np.float64)
-        gain = self.optimal_gain
         frac = self.greedy_optimal_fraction()
         recs = []
         for i in range(self.num_points):
@@ -205,6 +222,8 @@ class ContinuingResult:
             big = self.max_abs_w[i].astype(np.float64)
             rec["max_abs_w"] = float(np.nanmax(big)) if np.isfinite(big).all() else None
             rec["blown_up_fraction"] = float((~np.isfinite(big)).any(-1).mean())
+            opt = self.optimal_at(i)
+            gain = None if opt is None else float(opt.gain)
             if gain is not None:
                 rec["optimal_gain"] = gain
                 rec["gap_last10"] = finite_or_none(gain - rates["last10"][0][i])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import itertools
 import math
 from typing import ClassVar
@@ -28,6 +29,16 @@ LOOP_AXES = ("epsilon", "gamma", "reward_offset", "q0")
 # last 50% (`ContinuingResult.reward_rate`) are whole blocks.
 BLOCK_MULTIPLE = 10
 DEFAULT_BLOCKS = 100  # log blocks of a run when log_every is not given (where steps allow)
+
+
+def is_task_axis(task: str, name: str, value) -> bool:
+    """Whether task parameter `name` = `value` is a grid axis: `value` is a list
+    or tuple and the factory of `task` does not declare a list or tuple
+    default for `name` (a sequence-valued parameter keeps a list as its value)."""
+    if not isinstance(value, (list, tuple)):
+        return False
+    declared = inspect.signature(tasks.factory(task)).parameters.get(name)
+    return declared is None or not isinstance(declared.default, (list, tuple))
 
 
 def _check_loop_value(name: str, v) -> float:
@@ -49,7 +60,15 @@ class ContinuingSpec:
     Attributes:
       task: a registered continuing task (`continuing.tasks.names()`) or a
         factory of the user's own as package.module:function. task_params:
-        its parameters.
+        its parameters, {name: value or list of values}. A list of numbers is
+        a grid axis (as episodic control's untraced `task_axes`,
+        `bec_jax.control.spec`): one task, and one program, per combination
+        of the axes' values, the axes being grid columns after the loop axes.
+        The rule (`is_task_axis`): a list is one value, not an axis, where the
+        factory's declared default of that parameter is a list or tuple
+        (Access-Control's priorities, csuite's per-dimension bins); so only
+        scalar-valued parameters can be axes, and a sequence-valued one
+        cannot.
       algorithm: a continuing learner (`continuing.learners.names()`).
       hyperparameters: {name: value or list of values} of the learner; the
         grid is the cartesian product in the learner's declared order, then
@@ -95,6 +114,9 @@ class ContinuingSpec:
         if not isinstance(self.task_params, dict):
             raise ValueError(f"task_params: expected a table of parameters, got {self.task_params!r}")
         object.__setattr__(self, "hyperparameters", self._grid_axes())
+        axes = self._task_axes()
+        self.hyperparameters.update(axes)
+        object.__setattr__(self, "_axes", tuple(axes))
         for name, lo in (("seeds", 1), ("steps", 1), ("seed_offset", 0)):
             v = getattr(self, name)
             if not is_int(v) or not lo <= v <= MAX_INT32:
@@ -107,11 +129,38 @@ class ContinuingSpec:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
         try:
-            task = self.make_task()
+            built = [self.make_task(params) for params in self.task_combinations()]
         except ImportError as e:  # an optional extra the task needs: one line, not a traceback
             raise ValueError(f"task: {e}") from None
-        if task.num_active == 0 and any(v != 0 for v in self.hyperparameters["q0"]):
+        if any(t.num_active == 0 for t in built) and any(v != 0 for v in self.hyperparameters["q0"]):
             raise ValueError(f"q0: {self.task} has dense features, whose weights start at 0; give q0 = 0")
+
+    def _task_axes(self) -> dict:
+        """{name: values} of the task parameters that are grid axes (`is_task_axis`), checked."""
+        out = {}
+        for name, values in self.task_params.items():
+            if not is_task_axis(self.task, name, values):
+                continue
+            field = f"task_params.{name}"
+            if name in self.hyperparameters:
+                raise ValueError(f"{field}: {name!r} is already a grid column (the learner's or the loop's)")
+            if not values:
+                raise ValueError(f"{field}: expected at least one value")
+            for v in values:
+                if isinstance(v, bool) or not is_real(v):
+                    raise ValueError(f"{field}: a grid axis takes numbers, got {v!r}")
+            out[name] = tuple(values)
+        return out
+
+    @property
+    def task_axes(self) -> tuple:
+        """The task parameters that are grid axes (the last grid columns)."""
+        return self._axes
+
+    def task_combinations(self) -> list[dict]:
+        """Each combination of the task axes' values ({} without task axes), in grid order."""
+        names = self.task_axes
+        return [dict(zip(names, vals)) for vals in itertools.product(*(self.hyperparameters[n] for n in names))]
 
     def _grid_axes(self) -> dict:
         """{column: values}: the learner's hyperparameters (declared order, each
@@ -194,11 +243,23 @@ class ContinuingSpec:
     def _tasks(self) -> dict:
         return {}
 
-    def make_task(self):
-        """The `ContinuingEnv` of `task` with `task_params` (built once per spec)."""
-        if "task" not in self._tasks:
-            self._tasks["task"] = tasks.make(self.task, **self.task_params)
-        return self._tasks["task"]
+    def make_task(self, combination: dict | None = None):
+        """The `ContinuingEnv` of `task` with `task_params`, the task axes at
+        `combination` (default: each axis's first value); built once per
+        combination."""
+        combo = {n: self.hyperparameters[n][0] for n in self.task_axes}
+        combo.update(combination or {})
+        key = tuple(sorted(combo.items()))
+        if key not in self._tasks:
+            self._tasks[key] = tasks.make(self.task, **{**self.task_params, **combo})
+        return self._tasks[key]
+
+    def for_task(self, combination: dict) -> ContinuingSpec:
+        """This spec with the task axes fixed at `combination` (no task axes
+        left): the spec of one group's program (`sweep.make_program`)."""
+        if not combination:
+            return self
+        return self.replace(task_params={**self.task_params, **combination})
 
     def loop_values(self, name: str) -> tuple:
         """The values of a loop setting (epsilon, gamma, reward_offset, q0)."""
@@ -211,12 +272,15 @@ class ContinuingSpec:
 
     def program_shape(self, d: dict) -> dict:
         """`to_dict()`'s `d` less what a program takes as input (the loop
-        axes' values are grid columns, traced; `engine.tuning.spec_shape`)."""
+        axes' values are grid columns, traced; `engine.tuning.spec_shape`).
+        The task axes' values stay in task_params: each combination is its
+        own program."""
         return {k: v for k, v in d.items() if k not in LOOP_AXES}
 
     @property
     def names(self) -> tuple:
-        """The grid's columns: the learner's hyperparameters, then `LOOP_AXES`."""
+        """The grid's columns: the learner's hyperparameters, then `LOOP_AXES`,
+        then the task axes (`task_axes`)."""
         return tuple(self.hyperparameters)
 
     def grid_points(self) -> list[dict]:
@@ -239,7 +303,8 @@ class ContinuingSpec:
         """A JSON-ready dict; `from_dict` rebuilds the same spec."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["task_params"] = dict(self.task_params)
-        d["hyperparameters"] = {k: list(v) for k, v in self.hyperparameters.items() if k not in LOOP_AXES}
+        d["hyperparameters"] = {k: list(v) for k, v in self.hyperparameters.items()
+                                if k not in LOOP_AXES and k not in self.task_axes}
         for name in LOOP_AXES:
             values = self.hyperparameters[name]
             d[name] = values[0] if len(values) == 1 else list(values)

@@ -50,7 +50,8 @@ def sizes(spec: ContinuingSpec) -> memory.Sizes:
     table of a tabular task. No reports over seeds, nothing carried between
     calls."""
     item = np.dtype(spec.dtype).itemsize
-    task = spec.make_task()
+    task = max((spec.make_task(c) for c in spec.task_combinations()),  # the largest of the task axes' tasks
+               key=lambda t: (t.num_features, t.num_states * t.num_actions))
     shapes = jax.eval_shape(spec.algorithm_def.init, jax.ShapeDtypeStruct((task.num_features,), jnp.dtype(spec.dtype)))
     state = sum(int(np.prod(leaf.shape)) * jnp.dtype(leaf.dtype).itemsize for leaf in jax.tree_util.tree_leaves(shapes))
     logs = spec.num_blocks * 3 * item
@@ -83,11 +84,20 @@ def plan_chunk(spec: ContinuingSpec, chunk_size: int | None = None, n_devices: i
 
 
 def plan(spec: ContinuingSpec, chunk: int) -> tuple[list, list]:
-    """(groups, chunks) as the engine takes them (`engine.plan`): one group of
-    every point (one program: every setting is a traced column), in chunks of
-    at most `chunk` points."""
-    G = spec.num_points
-    groups = [Group(np.arange(G), [], np.zeros(G, np.int32), ())]
+    """(groups, chunks) as the engine takes them (`engine.plan`), in chunks of
+    at most `chunk` points: one group of every point (one program: every
+    setting is a traced column), or with task axes one group per combination
+    of their values, each its own task and program (`Group.static` holds the
+    values), as episodic control's untraced task axes (`control.sweep.plan`)."""
+    if not spec.task_axes:
+        G = spec.num_points
+        groups = [Group(np.arange(G), [], np.zeros(G, np.int32), ())]
+        return groups, split(groups, chunk)
+    points = spec.grid_points()
+    groups = []
+    for combo in spec.task_combinations():
+        idx = np.array([i for i, p in enumerate(points) if all(p[n] == v for n, v in combo.items())])
+        groups.append(Group(idx, [], np.zeros(len(idx), np.int32), tuple(sorted(combo.items()))))
     return groups, split(groups, chunk)
 
 
@@ -108,8 +118,10 @@ def updates(spec: ContinuingSpec) -> int:
 
 
 def chunk_grid(spec: ContinuingSpec, group, chunk) -> dict:
-    """The program's input for one chunk: its points' grid columns (`program.grid_inputs`)."""
-    return program.grid_inputs(spec, group.indices[chunk.indices])
+    """The program's input for one chunk: its points' grid columns
+    (`program.grid_inputs`), less the task axes (fixed in the group's task)."""
+    cols = program.grid_inputs(spec, group.indices[chunk.indices])
+    return {n: v for n, v in cols.items() if n not in spec.task_axes}
 
 
 def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None, on_block=None,
@@ -117,8 +129,10 @@ def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None,
     """The program (`engine.programs.Program`) for chunks of `chunk` grid
     points (`continuing.program.make_program`). `on_block` and `form` are the
     interface's and unused (no block progress; the compiler options `form`
-    names are given when compiling)."""
-    return program.make_program(spec, group, chunk, devices)
+    names are given when compiling). With task axes the program is that of
+    the group's task (`ContinuingSpec.for_task` at `group.static`)."""
+    return program.make_program(spec.for_task(dict(group.static)) if group is not None else spec, group, chunk,
+                                devices)
 
 
 def program_sources(spec: ContinuingSpec) -> tuple:
