@@ -74,3 +74,9 @@ def test_cli_task_param_values_are_an_axis_for_scalar_parameters(tmp_path):
     np.testing.assert_array_equal(res.grid["free_probability"], [0.04, 0.06])
     assert res.spec.task_params["priorities"] == [1, 2, 4, 8]
     assert [r["free_probability"] for r in res.summary()] == [0.04, 0.06]
+
+
+def test_an_axis_that_changes_the_tasks_size_is_refused():
+    with pytest.raises(ValueError, match=r"^task_params.num_servers: every value must give a task of the same size"):
+        ContinuingSpec(task="access_control", task_params={"num_servers": [2, 3]}, algorithm="q_vrc",
+                       hyperparameters={"alpha": 0.1, "eta": 1.0}, seeds=2, steps=100, log_every=10)

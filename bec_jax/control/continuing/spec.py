@@ -132,6 +132,11 @@ class ContinuingSpec:
             built = [self.make_task(params) for params in self.task_combinations()]
         except ImportError as e:  # an optional extra the task needs: one line, not a traceback
             raise ValueError(f"task: {e}") from None
+        shapes = {(t.num_actions, t.num_features, t.num_active, t.num_states) for t in built}
+        if len(shapes) > 1:  # one program's arrays, and the results' Q tables, share one shape
+            axes = ", ".join(f"task_params.{n}" for n in self.task_axes)
+            raise ValueError(f"{axes}: every value must give a task of the same size (actions, features, "
+                             "states); run the sizes as separate sweeps")
         if any(t.num_active == 0 for t in built) and any(v != 0 for v in self.hyperparameters["q0"]):
             raise ValueError(f"q0: {self.task} has dense features, whose weights start at 0; give q0 = 0")
 
