@@ -101,6 +101,17 @@ def test_specs_are_the_papers_grids():
     assert rc.grid_spec("access_control", "q").num_points == 8 * 7 * 5
     tc = rc.grid_spec("two_choice", "q_src")
     assert tc.num_points == 8 * 7 * 7 * 3 and tc.seeds == 30 and tc.steps == 10_000 and tc.block_steps == 8
+    # Catch and Pendulum: full form only, tile-coded, Naik et al.'s (alpha, eta) as (alpha / n, n eta).
+    assert rc.default_tasks(True) == tuple(rc.TASKS)
+    assert rc.default_tasks(False) == (*rc.TASKS, "catch", "pendulum")
+    for task, n, offsets in (("catch", 16, (-4.0, 0.0, 4.0)), ("pendulum", 8, (-12.0, 0.0, 12.0))):
+        sp = rc.grid_spec(task, "q_vrc")
+        assert sp.num_points == 4 * 3 * 3 * 3 and sp.epsilon == 0.1
+        assert tuple(sp.hyperparameters["reward_offset"]) == offsets
+        assert sp.make_task().num_active == n == rc.TILED[task]["tilings"]
+        assert sp.hyperparameters["alpha"][0] == rc.TILED[task]["paper_alpha"][0] / n
+        assert sp.hyperparameters["eta"][0] == rc.TILED[task]["paper_eta"][0] * n
+        assert rc.references(task) == {"gain": None, "eps_greedy_gain": None}
     vrc, cq = rc.identity_specs("access_control")
     betas = np.asarray(cq.hyperparameters["beta"])
     for a in vrc.hyperparameters["alpha"]:
