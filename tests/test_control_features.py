@@ -283,7 +283,8 @@ def test_readme_control_quickstart_runs_as_pasted(tmp_path):
     from bec_jax.control.results import ControlResult
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     from docs_blocks import code
-    block = code("README.md", "bash", section="Quickstart 2: centered Q-learning on your own task")
+    block = code("README.md", "bash", section="Quickstart 2: centered Q-learning on your own task",
+                 containing="bec-jax control")
     assert block == code("docs/control.md", "bash", section="Your task, your features")
     assert "gymnax:CartPole-v1" in block and "examples.gridworld:make_gridworld" in block
     (tmp_path / "examples").mkdir()
