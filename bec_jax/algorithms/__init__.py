@@ -101,6 +101,21 @@ def lookup_callable(ref, registry: dict, field: str, noun: str, thing: str, know
     raise ValueError(f"{field}: unknown {noun} {ref!r}; known: {known}")
 
 
+def register_callable(registry: dict, name: str, factory, field: str, *, replace: bool = False):
+    """Puts `factory` in `registry` under `name` and returns it (the control
+    tasks' registries share this). `ValueError` naming `field`: a name that is
+    empty or holds ':' (that form is package.module:function), a factory that
+    is not callable, or a name taken by another factory unless `replace`."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ValueError(f"{field}: a registered name must be a non-empty string without ':', got {name!r}")
+    if not callable(factory):
+        raise ValueError(f"{field}: the factory of {name!r} must be callable, got {factory!r}")
+    if name in registry and not replace and registry[name] is not factory:
+        raise ValueError(f"{field}: the name {name!r} is already registered; choose another name")
+    registry[name] = factory
+    return factory
+
+
 def import_attribute(ref: str, field: str):
     """The object `package.module:attribute` names, importing the module (the
     current directory is searched too, as `python -m` does). `ValueError` naming
@@ -138,6 +153,7 @@ def _discover() -> None:
 _discover()
 
 __all__ = ["Algorithm", "Hyperparameter", "StepSize", "get", "lookup", "lookup_callable", "names", "register",
+           "register_callable",
            "import_attribute",
            "parameter", "step_size", "resolve_step", "td_error", "vdot", "shared", "sharing"]
 

@@ -90,7 +90,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax.algorithms import lookup_callable
+from bec_jax.algorithms import lookup_callable, register_callable
 from bec_jax.control import features as feature_maps
 from bec_jax.control import tiles
 
@@ -181,14 +181,7 @@ def register(name: str, factory: Callable[..., ControlEnv] | None = None, *, rep
     A name that is taken is an error (`replace=True` overrides)."""
     if factory is None:
         return lambda f: register(name, f, replace=replace)
-    if not isinstance(name, str) or not name or ":" in name:
-        raise ValueError(f"task: a registered name must be a non-empty string without ':', got {name!r}")
-    if not callable(factory):
-        raise ValueError(f"task: the factory of {name!r} must be callable, got {factory!r}")
-    if name in TASKS and not replace and TASKS[name] is not factory:
-        raise ValueError(f"task: the name {name!r} is already registered; choose another name")
-    TASKS[name] = factory
-    return factory
+    return register_callable(TASKS, name, factory, "task", replace=replace)
 
 
 def names() -> list[str]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 
-from bec_jax.algorithms import lookup_callable
+from bec_jax.algorithms import lookup_callable, register_callable
 from bec_jax.control.continuing import csuite, tabular
 from bec_jax.control.continuing.env import ContinuingEnv, check_env
 
@@ -36,14 +36,7 @@ def register(name: str, factory: Callable[..., ContinuingEnv] | None = None, *, 
     overrides). As `bec_jax.control.tasks.register`."""
     if factory is None:
         return lambda f: register(name, f, replace=replace)
-    if not isinstance(name, str) or not name or ":" in name:
-        raise ValueError(f"task: a registered name must be a non-empty string without ':', got {name!r}")
-    if not callable(factory):
-        raise ValueError(f"task: the factory of {name!r} must be callable, got {factory!r}")
-    if name in TASKS and not replace and TASKS[name] is not factory:
-        raise ValueError(f"task: the name {name!r} is already registered; choose another name")
-    TASKS[name] = factory
-    return factory
+    return register_callable(TASKS, name, factory, "task", replace=replace)
 
 
 def names() -> list[str]:
