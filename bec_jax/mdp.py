@@ -132,6 +132,13 @@ def make_mdp(
     unique stationary distribution of the behaviour chain, and, with
     per-transition discounts, that every episode under pi ends (the discounted
     target matrix has spectral radius < 1, so v_pi exists).
+
+    Features: rank-deficient ones (a zero column, a repeated one, fewer
+    independent columns than k) are legal, as in linear TD: the fixpoints are
+    then a set, the projected metrics use a pseudo-inverse, and
+    `theory.fixpoints` reports the set. Features of rank 0 (all zero) are
+    refused: a linear learner would learn nothing. Values beyond a run's
+    floating-point range are refused where the dtype is known (`check_range`).
     """
     pi, mu, P, R, phi = _model_arrays(pi, mu, P, R, phi)
     S, A = pi.shape
@@ -191,7 +198,32 @@ def _model_arrays(pi, mu, P, R, phi) -> tuple:
     phi = _as_float_array("phi", phi, 2)
     if phi.shape[0] != S or phi.shape[1] == 0:
         raise ValueError(f"phi: expected shape (S, k) with S = {S} rows and k > 0, got {phi.shape}")
+    if not np.any(phi):  # rank 0: every update and every projection would be 0 (and the projected metrics empty)
+        raise ValueError("phi: the features are all zero (rank 0); a linear learner would learn nothing")
     return pi, mu, P, R, phi
+
+
+def check_value_range(field: str, value, dtype) -> None:
+    """`ValueError` naming `field` when some entry of `value` (a number or an
+    array) is beyond the largest finite number of `dtype` (float32: 3.4e+38):
+    a run in that dtype would turn it into inf before its first step."""
+    arr = np.asarray(value, np.float64).ravel()
+    top = float(np.finfo(np.dtype(dtype)).max)
+    if arr.size and np.any(np.abs(arr) > top):
+        worst = float(arr[np.argmax(np.abs(arr))])
+        raise ValueError(f"{field}: {worst:g} is beyond {np.dtype(dtype).name}'s range (max {top:.2g})")
+
+
+# The fields that validation leaves unbounded (the others are probabilities or
+# discounts in [0, 1]).
+UNBOUNDED_FIELDS = ("R", "phi", "theta0")
+
+
+def check_range(mdp: FiniteMDP, dtype) -> None:
+    """`ValueError` naming the first field of `mdp` with an entry beyond
+    `dtype`'s range (`check_value_range`); a model is float64, a run may be float32."""
+    for name in UNBOUNDED_FIELDS:
+        check_value_range(name, getattr(mdp, name), dtype)
 
 
 def _check_episodes_end(mdp: FiniteMDP) -> None:

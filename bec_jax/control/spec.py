@@ -15,6 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from bec_jax.control import algorithms, tasks
+from bec_jax.mdp import check_value_range
 from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
 KIND = "control"
@@ -144,6 +145,11 @@ class ControlSpec:
         if not is_real(self.reward_shift) or not math.isfinite(float(self.reward_shift)):
             raise ValueError(f"reward_shift: must be a finite number, got {self.reward_shift!r}")
         object.__setattr__(self, "reward_shift", float(self.reward_shift))
+        # A number beyond the dtype's range becomes inf in the program: the run would be "diverged" at step 0.
+        named = [(n, v) for n, vals in self.hyperparameters.items() for v in vals]
+        for name, v in named + [("divergence_bound", b), ("reward_shift", self.reward_shift)]:
+            if is_real(v):
+                check_value_range(name, v, self.dtype)
         try:
             for params in self.task_combinations():  # checks task_params and task_axes (ValueError naming the field)
                 self.make_task(params)

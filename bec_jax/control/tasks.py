@@ -93,6 +93,7 @@ import numpy as np
 from bec_jax.algorithms import lookup_callable, register_callable
 from bec_jax.control import features as feature_maps
 from bec_jax.control import tiles
+from bec_jax.control.tasks_check import check_task
 
 GAMMA = 0.99
 GYMNAX = "gymnax:"  # the prefix of `gymnax:ENV_ID` task names
@@ -583,7 +584,7 @@ def make(name: str, **params) -> ControlEnv:
         raise ValueError(f"task: {name} failed: {type(e).__name__}: {e}") from None
     if not isinstance(env, ControlEnv):
         raise ValueError(f"task: {name!r} returned a {type(env).__name__}, not a ControlEnv")
-    return env
+    return check_task(env, name)  # sizes, discount and the features' shape: one line, not a traceback
 
 
 __all__ = ["GYMNAX", "MAZE_MAP", "TASKS", "ControlEnv", "GymnaxState", "acrobot", "cliff_walking",

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from bec_jax import algorithms, envs
+from bec_jax import mdp as mdp_lib
 from bec_jax.algorithms.base import Algorithm
 from bec_jax.prediction import sampling
 from bec_jax.schedules import DEFAULT_EXPONENTS, SCHEDULES
@@ -305,6 +306,23 @@ class SweepSpec:
             if key not in models:
                 models[key] = envs.build(self.env, **p)
         d(self, "_models", models)
+        self._check_ranges(alg)
+
+    def _check_ranges(self, alg: Algorithm) -> None:
+        """Every number the run casts to `dtype` (hyperparameters, schedule.t0, the
+        models' rewards, features, initial weights) within its range: beyond it, the
+        run would start from inf and be reported as diverged."""
+        named = [(n, v) for n, vals in self.hyperparameters for v in vals]
+        named += [(f"points[{i}].{n}", v) for i, p in enumerate(self.points or ()) for n, v in p if n in alg.names]
+        for name, v in named + [("schedule.t0", self.schedule.t0)]:
+            if is_real(v):
+                mdp_lib.check_value_range(name, v, self.dtype)
+        for key, model in self._models.items():
+            try:
+                mdp_lib.check_range(model, self.dtype)
+            except ValueError as e:
+                where = f" with {', '.join(f'{k}={v!r}' for k, v in key)}" if key else ""
+                raise ValueError(f"env: {self.env!r}{where}: {e}") from None
 
     def _check_basic(self) -> Algorithm:  # noqa: C901  (a validator: one check a field)
         if not isinstance(self.algorithm, (str, Algorithm)):

@@ -6,21 +6,39 @@ such a directory.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
+import re
+import sys
 import time
 from typing import Callable
 
 import numpy as np
 
-from bec_jax.files import TMP_PREFIX, NpyFile, atomic_write, write_json
+from bec_jax.files import TMP_PREFIX, NpyFile, atomic_write, json_ready, write_json
 from bec_jax.run import kinds, watchdog
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: runs into one directory are not guarded
+    fcntl = None
 
 CHUNKS_DIR = "chunks"
 MANIFEST_FILE = "manifest.json"
+MANIFEST_LOCK = ".manifest.lock"
 CHECKPOINT_FILE = "checkpoint.npz"
 STREAMED_KEY = "_streamed"
+SET_ASIDE_DIR = "set_aside"  # DIR/chunks/set_aside/: files a resume could not trust, kept for the user
+LOCK_FILE = ".bec-jax.lock"  # DIR/.bec-jax.lock: held (flock) by the run writing DIR
+# What every chunk file and checkpoint carries to prove what it is (see ChunkStore).
+INDEX_KEY, FINGERPRINT_KEY, CHECKSUM_KEY = "_index", "_fingerprint", "_checksum"
+STREAMED_SHA_KEY, LOGS_KEY, LOGS_SHA_KEY = "_streamed_sha256", "_logs", "_logs_sha256"
+_PRIVATE = {STREAMED_KEY, INDEX_KEY, FINGERPRINT_KEY, CHECKSUM_KEY, STREAMED_SHA_KEY, LOGS_KEY, LOGS_SHA_KEY}
+_CHUNK_FILE = re.compile(r"^chunk_\d{5,}\.npz$")
+_CHUNK_DIR = re.compile(r"^chunk_\d{5,}$")
+_SET_ASIDE_NAME = re.compile(r"^chunk_\d{5,}[-.][A-Za-z0-9_.-]*\.\d+$")
+_BLOCK = 1 << 20  # files are hashed a block at a time, never read whole
 
 
 class RunError(ValueError):
@@ -39,7 +57,7 @@ def check_out_dir(out, overwrite: bool, allow: Callable[[str], bool] | None = No
     if os.path.exists(out) and not os.path.isdir(out):
         raise RunError(f"out: {out!r} exists and is not a directory")
     try:
-        nonempty = os.path.isdir(out) and bool(os.listdir(out))
+        nonempty = os.path.isdir(out) and any(e != LOCK_FILE for e in os.listdir(out))  # a stale lock: no run's
     except OSError as e:
         raise RunError(f"out: cannot read {out!r} ({e.strerror})") from None
     if nonempty and not overwrite and not (allow is not None and allow(out)):
@@ -51,8 +69,77 @@ _PROBE = ".bec-jax-write-test-"  # a part's brief write probe (see prepare_out_d
 
 
 def entries(out: str) -> list[str]:
-    """What `out` holds, less other parts' write probes of this very moment."""
-    return [e for e in os.listdir(out) if not e.startswith(_PROBE)]
+    """What `out` holds, less other parts' write probes of this very moment and
+    the lock file of a run (`lock_dir`: a stale one is reused, a held one refuses)."""
+    return [e for e in os.listdir(out) if not e.startswith(_PROBE) and e != LOCK_FILE]
+
+
+_HELD: dict[str, int] = {}  # abspath of an output directory -> the descriptor whose flock this process holds
+
+
+def lock_dir(out: str) -> None:
+    """Takes this process's exclusive lock on the output directory `out` for a
+    run (`flock` on `out/.bec-jax.lock`, which the kernel releases when the
+    process dies): a second run into `out` gets `RunError`. Leftover temporary
+    files of an earlier run's writes at `out`'s top level are removed."""
+    key = os.path.abspath(out)
+    if fcntl is None or key in _HELD:
+        return
+    path = os.path.join(key, LOCK_FILE)
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        except OSError as e:
+            raise RunError(f"out: cannot open the lock file {path!r} ({e.strerror}); remove what is there") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunError(f"out: another bec-jax run is writing to {out!r} (it holds {path!r}); wait for it to "
+                           "finish or choose another directory") from None
+        except OSError:  # a file system without flock: unguarded, as before
+            os.close(fd)
+            return
+        try:
+            st, mine = os.stat(path), os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the run that held it removed the file meanwhile: lock the new one
+    _HELD[key] = fd
+    _remove_temporary(key)
+
+
+def unlock_dir(out: str) -> None:
+    """Releases `lock_dir`'s lock (if this process holds it), once leftover
+    temporary files at `out`'s top level are removed; removes the lock file."""
+    fd = _HELD.pop(os.path.abspath(out), None)
+    if fd is None:
+        return
+    try:
+        _remove_temporary(out)
+        os.unlink(os.path.join(out, LOCK_FILE))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_temporary(d: str) -> None:
+    """Removes the temporary files (`files.TMP_PREFIX`) of writes cut short in
+    `d`: called only while no other process writes there."""
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(d, name)
+        if name.startswith(TMP_PREFIX) and os.path.isfile(path) and not os.path.islink(path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def prepare_out_dir(out: str, overwrite: bool, allow: Callable[[str], bool] | None = None) -> None:
@@ -90,12 +177,21 @@ class ChunkStore:
     size, the device count, the number of chunks and the models' fingerprints)
     and one `DIR/chunks/chunk_00003.npz` per finished chunk (the program's
     outputs for that chunk's grid points), each written atomically. A chunk file
-    is there complete or not at all."""
+    is there complete or not at all.
+
+    Each chunk file and checkpoint proves what it is: it carries its chunk's
+    index, the run's fingerprint (`fingerprint`) and a checksum of its arrays,
+    and lists the sha256 of the .npy logs it uses (a finished chunk's whole
+    files; a checkpoint's region written so far). A resume sets aside (into
+    `DIR/chunks/set_aside/`, one line on stderr) any that fails to prove it,
+    and that chunk runs again."""
 
     def __init__(self, out_dir: str):
         self.out_dir = out_dir
         self.dir = os.path.join(out_dir, CHUNKS_DIR)
         self.manifest_path = os.path.join(self.dir, MANIFEST_FILE)
+        self._fp = None  # the manifest's fingerprint, read once
+        self._checked = {}  # index -> a checkpoint `arrays` verified, for the `restore` that follows
 
     def exists(self) -> bool:
         return os.path.isfile(self.manifest_path)
@@ -123,14 +219,32 @@ class ChunkStore:
             "spec": spec.to_dict(), "chunk_size": chunk_size, "num_chunks": front.num_chunks(spec, chunk_size),
             "num_devices": num_devices, "backend": backend, "env_fingerprints": front.fingerprints(spec),
             **(layout or {})})
+        self._fp = None  # read back from the file, as a resume will
+
+    def fingerprint(self) -> str:
+        """The sha256 of what a chunk's outputs depend on, as the manifest
+        records it: the spec (its canonical JSON), the chunk size and the
+        models' fingerprints. Every chunk file and checkpoint carries it."""
+        if self._fp is None:
+            try:
+                with open(self.manifest_path) as f:
+                    m = json.load(f)
+                key = {k: m.get(k) for k in ("spec", "chunk_size", "env_fingerprints")}
+            except (OSError, ValueError, AttributeError) as e:
+                raise RunError(f"resume: cannot read {self.manifest_path!r} ({e}); start over with --overwrite") \
+                    from None
+            text = json.dumps(json_ready(key), sort_keys=True, separators=(",", ":"), allow_nan=False)
+            self._fp = hashlib.sha256(text.encode()).hexdigest()
+        return self._fp
 
     def start(self, spec, chunk_size: int, num_devices: int, backend: str,
               layout: dict | None = None) -> None:
         """Begins a fresh run: removes any earlier chunks and writes the manifest
         (with `layout`: seeds per call and log blocks per segment, which a
-        resume keeps)."""
-        self.remove()
-        os.makedirs(self.dir)
+        resume keeps). Anything in the chunk store that bec-jax did not write
+        stops it (`RunError` naming the path) before anything is deleted."""
+        self._clear()
+        os.makedirs(self.dir, exist_ok=True)
         self._write_manifest(spec, chunk_size, num_devices, backend, layout)
 
     def check(self, spec, chunk_size: int | None = None) -> dict:
@@ -159,7 +273,7 @@ class ChunkStore:
         K/N`): the first process to arrive writes it (an exclusive lock file
         decides which), the others wait for it and check that their spec matches."""
         os.makedirs(self.dir, exist_ok=True)
-        lock = os.path.join(self.dir, ".manifest.lock")
+        lock = os.path.join(self.dir, MANIFEST_LOCK)
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
@@ -187,10 +301,11 @@ class ChunkStore:
     def arrays(self, index: int, shapes: dict) -> dict:
         """Chunk `index`'s log files (`NpyFile`s: each segment's slab is written
         in place, the file never mapped whole), kept as they are when a
-        checkpoint will continue them, else created."""
+        checkpoint that proves itself (see `restore`) will continue them, else
+        created."""
         d = self.part_dir(index)
         os.makedirs(d, exist_ok=True)
-        keep = os.path.isfile(os.path.join(d, CHECKPOINT_FILE))
+        keep = self._verified_checkpoint(index) is not None
         out = {}
         for name, (shape, dtype) in shapes.items():
             path = os.path.join(d, f"{name}.npy")
@@ -199,22 +314,54 @@ class ChunkStore:
 
     def restore(self, index: int) -> dict | None:
         """The checkpoint of chunk `index`: {"next_block", "carries"} (each
-        carry a list of arrays, the leaves of the carried state), or None."""
+        carry a list of arrays, the leaves of the carried state), or None. One
+        that is unreadable, of another chunk or run, or whose logs' region
+        written so far changed is set aside (the chunk starts over)."""
+        z = self._verified_checkpoint(index)
+        self._checked.pop(index, None)
+        if z is None:
+            return None
+        n, leaves = int(z["num_carries"]), int(z["num_leaves"])
+        return {"next_block": int(z["next_block"]),
+                "carries": [[z[f"c{s}_{k}"] for k in range(leaves)] for s in range(n)]}
+
+    def _verified_checkpoint(self, index: int) -> dict | None:
+        """Chunk `index`'s checkpoint arrays once they prove themselves, else
+        None (a bad checkpoint, or the log that does not match it, set aside)."""
+        if index in self._checked:
+            return self._checked[index]
         path = os.path.join(self.part_dir(index), CHECKPOINT_FILE)
         if not os.path.isfile(path):
             return None
+        z, why, bad = None, None, [path]
         try:
-            with np.load(path) as z:
-                n = int(z["num_carries"])
-                leaves = int(z["num_leaves"])
-                return {"next_block": int(z["next_block"]),
-                        "carries": [[z[f"c{s}_{k}"] for k in range(leaves)] for s in range(n)]}
-        except (OSError, ValueError, KeyError):
-            return None  # unreadable: the chunk starts over
+            with np.load(path) as f:
+                z = {k: f[k] for k in f.files}
+            why = self._problem(index, z)
+            cols = int(z["next_block"]) + 1  # log points 0..next_block are written; later ones may change
+            logs = list(zip(z[LOGS_KEY].tolist(), z[LOGS_SHA_KEY].tolist()))
+        except Exception as e:  # a truncated or overwritten file: BadZipFile, EOFError, zlib.error, ...
+            why = why or f"cannot be read ({type(e).__name__}: {e})"
+        if why is None:
+            for name, sha in logs:
+                log = os.path.join(self.part_dir(index), f"{name}.npy")
+                try:
+                    same = _region_sha(log, cols) == sha
+                except Exception:  # missing, truncated, a bad header
+                    same = False
+                if not same:
+                    why, bad = f"lists {log!r}, whose first {cols} log points do not match it", [log, path]
+                    break
+        if why is not None:
+            self._set_aside(bad, f"{path!r} {why}", f"chunk {index} starts over")
+            z = None
+        self._checked[index] = z
+        return z
 
     def checkpoint(self, index: int, next_block: int, carries: list, logs: dict) -> None:
         """Keeps chunk `index`'s carried states after `next_block` log blocks,
-        once its log files (`logs`, from `arrays`) up to there are on disk."""
+        once its log files (`logs`, from `arrays`) up to there are on disk, with
+        the sha256 of each log's region written so far."""
         import jax
         for arr in logs.values():
             if isinstance(arr, (np.memmap, NpyFile)):
@@ -223,12 +370,18 @@ class ChunkStore:
         arrays = {f"c{s}_{k}": np.asarray(x) for s, leaves in enumerate(flat) for k, x in enumerate(leaves)}
         arrays.update(next_block=np.int64(next_block), num_carries=np.int64(len(flat)),
                       num_leaves=np.int64(len(flat[0]) if flat else 0))
+        names = sorted(logs)
+        arrays[LOGS_KEY] = np.array(names, dtype=str)
+        arrays[LOGS_SHA_KEY] = np.array([_region_sha(logs[k].filename, next_block + 1) for k in names], dtype=str)
+        self._identify(index, arrays)
+        self._checked.pop(index, None)
         atomic_write(os.path.join(self.part_dir(index), CHECKPOINT_FILE), lambda f: np.savez(f, **arrays),
                      binary=True)
 
     def save(self, index: int, arrays: dict) -> None:
         """Keeps a finished chunk: its outputs in `chunk_00003.npz`; logs that
-        already live in its directory (a segmented chunk's) stay there."""
+        already live in its directory (a segmented chunk's) stay there, listed
+        in it with their sha256."""
         d = self.part_dir(index)
         streamed = {k for k, v in arrays.items() if isinstance(v, (np.memmap, NpyFile))
                     and os.path.dirname(os.path.abspath(v.filename)) == os.path.abspath(d)}
@@ -237,35 +390,103 @@ class ChunkStore:
         rest = {k: v for k, v in arrays.items() if k not in streamed}
         if streamed:
             rest[STREAMED_KEY] = np.array(sorted(streamed))
+            rest[STREAMED_SHA_KEY] = np.array([_file_sha(arrays[k].filename) for k in sorted(streamed)])
+        self._identify(index, rest)
         atomic_write(self.chunk_path(index), lambda f: np.savez(f, **rest), binary=True)
         ck = os.path.join(d, CHECKPOINT_FILE)
         if os.path.exists(ck):
             os.unlink(ck)
 
+    def _identify(self, index: int, arrays: dict) -> None:
+        """Adds what a resume checks to a chunk file's or checkpoint's arrays."""
+        arrays[INDEX_KEY] = np.int64(index)
+        arrays[FINGERPRINT_KEY] = np.array(self.fingerprint())
+        arrays[CHECKSUM_KEY] = np.array(_checksum(arrays))
+
+    def _problem(self, index: int, z: dict) -> str | None:
+        """Why arrays read from chunk `index`'s file cannot be used, or None."""
+        if CHECKSUM_KEY not in z or INDEX_KEY not in z or FINGERPRINT_KEY not in z:
+            return "carries no index, fingerprint or checksum (not written by this version of bec-jax)"
+        if str(z[CHECKSUM_KEY]) != _checksum(z):
+            return "does not match its checksum (overwritten?)"
+        if int(z[INDEX_KEY]) != index:
+            return f"holds chunk {int(z[INDEX_KEY])}, not chunk {index}"
+        if str(z[FINGERPRINT_KEY]) != self.fingerprint():
+            return "belongs to another run (its spec, chunk size or model differ from the manifest's)"
+        return None
+
+    def _set_aside(self, paths: list, why: str, then: str) -> None:
+        """Moves `paths` (those still there) into DIR/chunks/set_aside/, never
+        deleting one, and says so in one line on stderr."""
+        d = os.path.join(self.dir, SET_ASIDE_DIR)
+        os.makedirs(d, exist_ok=True)
+        moved = []
+        for p in paths:
+            if not os.path.lexists(p):
+                continue
+            flat = os.path.relpath(p, self.dir).replace(os.sep, "-")
+            k = 1
+            while os.path.lexists(os.path.join(d, f"{flat}.{k}")):
+                k += 1
+            os.replace(p, os.path.join(d, f"{flat}.{k}"))
+            moved.append(os.path.join(d, f"{flat}.{k}"))
+        from bec_jax.engine import execute
+        lead = "\n" if execute.progress_line_open() else ""  # a line of its own, after an unfinished progress line
+        print(f"{lead}bec-jax: resume: {why}; set aside as {', '.join(moved) or 'nothing (gone)'}; {then}",
+              file=sys.stderr, flush=True)
+
     def load_done(self, clean: bool = True) -> dict[int, dict]:
         """{index: arrays} of the finished chunks. Leftover temporary files of a
         write that was cut short are removed (not with `clean=False`: in a store
-        shared by running processes they may be another's write in progress); an
-        unreadable chunk file is skipped (that chunk runs again)."""
+        shared by running processes they may be another's write in progress). A
+        chunk file that does not prove itself (unreadable, truncated, of another
+        chunk or run, a streamed log that changed) is set aside: that chunk
+        runs again."""
         done = {}
         for name in sorted(os.listdir(self.dir)):
             path = os.path.join(self.dir, name)
-            if name.startswith(TMP_PREFIX):
+            if name.startswith(TMP_PREFIX) or _CHUNK_DIR.match(name):
                 if clean:
-                    os.unlink(path)
+                    _remove_temporary(path) if _CHUNK_DIR.match(name) else os.unlink(path)
                 continue
-            if not (name.startswith("chunk_") and name.endswith(".npz")):
+            if not _CHUNK_FILE.match(name):
                 continue
-            try:
-                index = int(name[len("chunk_"):-len(".npz")])
-                with np.load(path) as z:
-                    arrays = {k: z[k] for k in z.files if k != STREAMED_KEY}
-                    for k in (z[STREAMED_KEY].tolist() if STREAMED_KEY in z.files else ()):
-                        arrays[k] = NpyFile.open(os.path.join(self.part_dir(index), f"{k}.npy"))
-                done[index] = arrays
-            except (OSError, ValueError, KeyError):
+            index = int(name[len("chunk_"):-len(".npz")])
+            arrays, why, bad = self._read_chunk(index, path)
+            if why is not None:
+                self._set_aside(bad + [path], f"{path!r} {why}", f"chunk {index} runs again")
                 continue
+            done[index] = arrays
         return done
+
+    def _read_chunk(self, index: int, path: str) -> tuple:
+        """(arrays, None, []) of a finished chunk's file, or (None, why it
+        cannot be used, the logs to set aside with it)."""
+        try:
+            with np.load(path) as f:
+                z = {k: f[k] for k in f.files}
+            why = self._problem(index, z)
+        except Exception as e:  # a truncated or overwritten file: BadZipFile, EOFError, zlib.error, ...
+            return None, f"cannot be read ({type(e).__name__}: {e})", []
+        if why is not None:
+            return None, why, []
+        arrays = {k: v for k, v in z.items() if k not in _PRIVATE}
+        names = z[STREAMED_KEY].tolist() if STREAMED_KEY in z else []
+        shas = z[STREAMED_SHA_KEY].tolist() if STREAMED_SHA_KEY in z else [None] * len(names)
+        for k, sha in zip(names, shas):
+            log = os.path.join(self.part_dir(index), f"{k}.npy")
+            try:
+                if _file_sha(log) != sha:
+                    raise ValueError("changed")
+                arrays[k] = NpyFile.open(log)
+            except Exception:
+                return None, f"lists {log!r}, which is missing or does not match its sha256 (overwritten or " \
+                             "truncated?)", [log]
+        return arrays, None, []
+
+    def count_done(self) -> int:
+        """How many finished chunk files the store holds (not read)."""
+        return sum(1 for n in os.listdir(self.dir) if _CHUNK_FILE.match(n)) if os.path.isdir(self.dir) else 0
 
     def has_work(self) -> bool:
         """Whether a resume would use anything here: a finished chunk or a
@@ -277,5 +498,99 @@ class ChunkStore:
         return any(n.startswith("chunk_") and (n.endswith(".npz") or os.path.isfile(
             os.path.join(self.dir, n, CHECKPOINT_FILE))) for n in names)
 
+    def _inventory(self) -> tuple[list, list, list]:
+        """(the files the chunk store wrote, its directories deepest first,
+        anything else under it). Symbolic links are never ours."""
+        files, dirs, other = [], [], []
+        if not os.path.lexists(self.dir):
+            return files, dirs, other
+        if os.path.islink(self.dir) or not os.path.isdir(self.dir):
+            return files, dirs, [self.dir]
+        for e in os.scandir(self.dir):
+            if e.is_dir(follow_symlinks=False) and (_CHUNK_DIR.match(e.name) or e.name == SET_ASIDE_DIR):
+                ours = _SET_ASIDE_NAME.match if e.name == SET_ASIDE_DIR else \
+                    (lambda n: n.endswith(".npy") or n == CHECKPOINT_FILE or n.startswith(TMP_PREFIX))
+                for f in os.scandir(e.path):
+                    (files if f.is_file(follow_symlinks=False) and ours(f.name) else other).append(f.path)
+                dirs.append(e.path)
+            elif e.is_file(follow_symlinks=False) and (e.name in (MANIFEST_FILE, MANIFEST_LOCK) or
+                                                       _CHUNK_FILE.match(e.name) or e.name.startswith(TMP_PREFIX)):
+                files.append(e.path)
+            else:
+                other.append(e.path)
+        return files, dirs + [self.dir], other
+
+    def _clear(self) -> None:
+        """Deletes the chunk store for a fresh start (--overwrite): only the
+        files and directories it wrote, files set aside included; `RunError`
+        naming the first other entry, before anything is deleted."""
+        files, dirs, other = self._inventory()
+        if other:
+            raise RunError(f"out: {other[0]!r} was not written by bec-jax, and --overwrite deletes only a run's own "
+                           f"files in {self.dir!r}; move it elsewhere and run again")
+        _delete(files, dirs)
+
     def remove(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Removes what the chunk store wrote, once the results are written (or
+        a run kept nothing): its files, then its directories where empty.
+        Anything else is left, and so are the files a resume set aside."""
+        files, dirs, _ = self._inventory()
+        aside = os.path.join(self.dir, SET_ASIDE_DIR)
+        _delete([p for p in files if os.path.dirname(p) != aside], dirs)
+
+
+def _delete(files: list, dirs: list) -> None:
+    """Unlinks `files`, then removes `dirs` (deepest first) where empty; one
+    already gone (another run's cleanup) is no error."""
+    for p in files:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+    for d in dirs:
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+def _checksum(arrays: dict) -> str:
+    """sha256 of arrays' names, dtypes, shapes and bytes (all but the checksum's own)."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        if k == CHECKSUM_KEY:
+            continue
+        a = np.ascontiguousarray(np.asarray(arrays[k]))
+        h.update(f"{k}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a)
+    return h.hexdigest()
+
+
+def _file_sha(path: str) -> str:
+    """sha256 of a file, read a block at a time."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_BLOCK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _region_sha(path: str, cols: int) -> str:
+    """sha256 of the first `cols` log points (the last axis) of every row of a
+    .npy log, with its dtype and shape: the part a checkpoint vouches for,
+    which later segments do not touch. A short file raises ValueError."""
+    log = NpyFile.open(path)
+    L, size = log.shape[-1], log.itemsize
+    n = min(cols, L)
+    h = hashlib.sha256(f"{log.dtype.str}|{log.shape}|{n}|".encode())
+    with open(path, "rb") as f:
+        for r in range(int(np.prod(log.shape[:-1], dtype=np.int64))):
+            f.seek(log.offset + r * L * size)
+            left = n * size
+            while left:
+                block = f.read(min(left, _BLOCK))
+                if not block:
+                    raise ValueError(f"{path}: truncated")
+                h.update(block)
+                left -= len(block)
+    return h.hexdigest()

@@ -106,6 +106,8 @@ def from_dict(table: dict, where: str = "study") -> Study:
                 name, k = f"{base}-{k}", k + 1
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(f"{label}.name: letters, digits, '_', '-' and '.' (a directory name), got {name!r}")
+        if name.lower() == STUDY_FILE:  # its directory would be the study's own record (case-blind file systems too)
+            raise ValueError(f"{label}.name: {name!r} is the file the study keeps its status in; choose another name")
         if name in seen:
             raise ValueError(f"{label}.name: {name!r} is used by another sweep; names must be unique")
         seen.add(name)

@@ -63,6 +63,10 @@ def metric_values(metrics, theta, nonzero=None) -> jax.Array:
     triangular) into elementwise arithmetic. A dot or einsum here would round
     differently depending on the batch shape (even between seeds of one batch),
     which would make a grid point's result depend on the chunk size.
+
+    A metric whose map has no rows (R of shape (0, k): a projection onto
+    features that are zero on every state the weighting sees) is defined as 0
+    at every theta, as `evaluate` gives.
     """
     cols = list(theta) if isinstance(theta, (list, tuple)) else [theta[..., i] for i in range(theta.shape[-1])]
     dtype, batch = cols[0].dtype, cols[0].shape
@@ -81,7 +85,7 @@ def metric_values(metrics, theta, nonzero=None) -> jax.Array:
                 e = e + c * cols[i]
             sq = e * e
             ss = sq if ss is None else ss + sq
-        out.append(jnp.sqrt(ss))
+        out.append(jnp.zeros(batch, dtype) if ss is None else jnp.sqrt(ss))
     return jnp.stack(out)
 
 
@@ -205,6 +209,9 @@ def _rmsbe_map(env: FiniteMDP) -> np.ndarray:
 
 
 def _projected_map(env: FiniteMDP, centered: bool, emphatic: bool) -> np.ndarray:
+    """The projected error's map; with C = Phi^T D Phi rank-deficient, C's
+    pseudo-inverse (rank-deficient features are legal). Where C = 0 (features zero
+    on every weighted state) the map has no rows and the metric is 0."""
     m, w = _weighting(env, emphatic)
     x = _centering(w) @ _bellman_map(m) if centered else _bellman_map(m)
     return _pinv_sqrt(m.phi.T @ np.diag(w) @ m.phi) @ (m.phi.T @ (w[:, None] * x))

@@ -18,6 +18,7 @@ from typing import ClassVar
 import numpy as np
 
 from bec_jax.control.continuing import learners, tasks
+from bec_jax.mdp import check_value_range
 from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
 KIND = "continuing"
@@ -107,7 +108,7 @@ class ContinuingSpec:
     seed_offset: int = 0
     dtype: str = "float32"
 
-    def __post_init__(self):
+    def __post_init__(self):  # noqa: C901  (a validator: one check a field)
         if not isinstance(self.task, str):
             raise ValueError(f"task: unknown task {self.task!r}; known: {', '.join(tasks.names())}")
         tasks.factory(self.task)  # a registered name or package.module:function (ValueError naming task)
@@ -128,6 +129,10 @@ class ContinuingSpec:
         self._check_blocks()
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        for name, values in self.hyperparameters.items():  # beyond the dtype's range: inf in the program
+            for v in values:
+                if is_real(v):
+                    check_value_range(name, v, self.dtype)
         try:
             built = [self.make_task(params) for params in self.task_combinations()]
         except ImportError as e:  # an optional extra the task needs: one line, not a traceback
