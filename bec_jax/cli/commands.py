@@ -72,6 +72,32 @@ def use_all_cpu_cores(n: int | None = None) -> int | None:
     return n
 
 
+def select_device(kind: str | None) -> None:
+    """Keeps JAX to the CPU (`cpu`) or to a GPU (`gpu`: a `UsageError` in one
+    line where JAX has none, instead of JAX's quiet fall-back to the CPU);
+    `auto` or None leaves JAX's choice. Before JAX starts its backends."""
+    if kind in (None, "auto"):
+        return
+    import jax
+    jax.config.update("jax_platforms", "cpu" if kind == "cpu" else "cuda,rocm")
+    try:
+        jax.devices()
+    except RuntimeError as e:
+        jax.config.update("jax_platforms", None)  # the rest of this process keeps JAX's default
+        why = "JAX has no GPU backend here" if "not in the list of known backends" in str(e) else str(e).splitlines()[0]
+        raise UsageError(f"device: no GPU for --device gpu ({why}); install JAX's CUDA build "
+                         "(pip install -e '.[cuda]') or leave --device out") from None
+
+
+def on_device(meta: dict) -> str:
+    """' on gpu (NVIDIA H100 80GB HBM3) x1' / ' on cpu x2' from a result's
+    meta (`provenance.devices`); '' where it does not say."""
+    if not meta.get("backend"):
+        return ""
+    kind = "" if meta["backend"] == "cpu" else f" ({meta.get('device')})"
+    return f" on {meta['backend']}{kind} x{meta.get('num_devices', 1)}"
+
+
 def init_distributed(text: str) -> tuple[int, int]:
     """Joins this process to a `jax.distributed` run (before any JAX computation):
     'auto' detects Slurm or Open MPI; 'HOST:PORT,N,ID' names the coordinator, the
@@ -97,21 +123,51 @@ def init_distributed(text: str) -> tuple[int, int]:
     return jax.process_index(), jax.process_count()
 
 
+def _cache_dir_refusal(path: str) -> str | None:
+    """Why JAX's cache must not use `path` (made 0700 if missing), naming the
+    fix, or None: it must belong to this user, be writable by it, and not by
+    group or others (JAX's cache files, like bec_jax's kept programs, are
+    loaded as code)."""
+    from bec_jax.engine import program_cache
+    q = shlex.quote(path)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot make {path} ({e.strerror or e}; set BEC_JAX_CACHE_DIR to a directory of your own)"
+    why = program_cache.why_untrusted(path, st)
+    if why:
+        return why
+    if not os.access(path, os.W_OK | os.X_OK):  # JAX would warn on every program it could not write
+        return f"{path} is not writable (chmod u+wx {q}, or set BEC_JAX_CACHE_DIR to a writable directory)"
+    return None
+
+
 def enable_compilation_cache() -> None:
     """Turns on JAX's persistent compilation cache (repeated runs skip compiling),
-    unless BEC_JAX_NO_CACHE is set."""
+    unless BEC_JAX_NO_CACHE is set, in BEC_JAX_CACHE_DIR or ~/.cache/bec_jax/xla.
+    A directory of another user, writable by group or others, or not writable
+    leaves the cache off, with one line on stderr saying how to fix it."""
     if os.environ.get("BEC_JAX_NO_CACHE"):
         return
     import jax
-    path = os.environ.get("BEC_JAX_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "bec_jax", "xla"))
-    try:
-        os.makedirs(path, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", path)
-        # Every program is kept, however fast it compiled: a second run compiles
-        # nothing (a small sweep's program may compile under any threshold).
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    except OSError:
-        pass  # a read-only home only costs the cache
+
+    from bec_jax.engine import program_cache
+    path = os.environ.get("BEC_JAX_CACHE_DIR")
+    if not path:
+        path = os.path.join(os.path.expanduser("~"), ".cache", "bec_jax", "xla")
+        try:  # the default's parent too: it also holds the secret of kept programs
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        except OSError:
+            pass  # reported below, for the cache directory itself
+    why = _cache_dir_refusal(path)
+    if why:
+        program_cache.tell(path, f"the compilation cache is off: {why}")
+        return
+    jax.config.update("jax_compilation_cache_dir", path)
+    # Every program is kept, however fast it compiled: a second run compiles
+    # nothing (a small sweep's program may compile under any threshold).
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
 def _timing_note(meta: dict) -> str:
@@ -140,8 +196,8 @@ def _enable_x64_for(specs) -> None:
 
 def _run_into_dir(spec, args, command: str):
     """`runner.run_to_dir` for `bec-jax run` and `bec-jax control`: 64-bit mode
-    and the compilation cache set up, Ctrl-C/SIGTERM stopping after the chunk in
-    progress, and `--chunks K/N` parts. Returns the result, or the exit status
+    and the compilation cache set up, Ctrl-C/SIGTERM stopping within a second
+    (the finished work kept), and `--chunks K/N` parts. Returns the result, or the exit status
     when there is nothing more to print (an interrupted run, a finished part)."""
     from bec_jax.run import rundir, runner
     _enable_x64_for([spec if spec is not None else runner.resume_spec(args.out)])  # None only when resuming
@@ -208,7 +264,7 @@ def cmd_run(args) -> int:
         resumed = ""
     programs = f", {m['num_programs']} programs" if m["num_programs"] > 1 else ""
     print(f"{spec.env} / {spec.algorithm}: {result.num_points} grid points x {spec.seeds} seeds x "
-          f"{spec.steps} steps in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile{programs}"
+          f"{spec.steps} steps{on_device(m)} in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile{programs}"
           f"{_timing_note(m)}){speed}{resumed}")
     fm = result.final_mean()[b]
     exact = result.exact_verdicts([b])[0]
@@ -228,7 +284,7 @@ def cmd_control(args) -> int:
     from bec_jax.control.results import values_text
     m = result.meta
     print(f"{result.task} / {result.algorithm}: {result.num_points} grid points x {result.seeds} seeds x "
-          f"{result.episodes} episodes ({m['logged_steps']:,} steps) in {m['run_time_s']:.2f} s "
+          f"{result.episodes} episodes ({m['logged_steps']:,} steps){on_device(m)} in {m['run_time_s']:.2f} s "
           f"(+ {m['compile_time_s']:.2f} s compile{_timing_note(m)})")
     for values, part in result.by_task_value():  # a task axis is not a setting: the best at each value
         at = f" at {values_text(values)}" if values else ""
@@ -269,7 +325,7 @@ def cmd_continuing(args) -> int:
     m = result.meta
     speed = f", {m['steps_per_s'] / 1e6:.1f} M run-steps/s" if m.get("steps_per_s") else ""
     print(f"{result.task} / {result.algorithm}: {result.num_points} grid points x {result.seeds} seeds x "
-          f"{result.blocks * result.block_steps} steps in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s "
+          f"{result.blocks * result.block_steps} steps{on_device(m)} in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s "
           f"compile{_timing_note(m)}){speed}")
     print(continuing_summary(result))
     print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
@@ -475,7 +531,20 @@ def build_parser() -> argparse.ArgumentParser:
     return cli_parser.build_parser(commands, __doc__.split("\n\n")[0])
 
 
+def _leave_if_abandoned(rc):
+    """`rc`, unless a stop left a computation running (`engine.waits.abandoned`):
+    then the process exits now with `rc`, its streams flushed, instead of waiting
+    at interpreter exit for a result nobody will read."""
+    from bec_jax.engine import waits
+    if waits.abandoned() and isinstance(rc, int):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
+
+
 def main(argv=None) -> int:
+    """The `bec-jax` command line: runs the command `argv` names; returns its exit status."""
     try:
         args = parse(argv)
     except UsageError as e:
@@ -486,6 +555,10 @@ def main(argv=None) -> int:
         return _error(f"chunk_size: must be a positive integer, got {args.chunk_size}")
     if getattr(args, "confirm_seeds", None) is not None and args.confirm_seeds < 2:
         return _error(f"confirm_seeds: at least 2 seeds (for an interval), got {args.confirm_seeds}")
+    if getattr(args, "chunks", None):
+        # Several parts may share one GPU: each takes memory as it needs it
+        # instead of JAX's default 75% of the device at start.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     use_all_cpu_cores()
     from bec_jax.engine import clock
     from bec_jax.run.runner import AlgorithmFailed, Interrupted
@@ -497,13 +570,14 @@ def main(argv=None) -> int:
                 raise UsageError("chunks: --chunks splits a sweep between independent processes, --distributed "
                                  "joins processes into one run; give one")
             init_distributed(args.distributed)
-        return args.func(args)
+        select_device(getattr(args, "device", None))
+        return _leave_if_abandoned(args.func(args))
     except (ValueError, AlgorithmFailed) as e:  # bad input, memory, the user's algorithm: one line
         _forget_failed_callbacks()
         return _error(e)
     except Interrupted as e:
         print(f"bec-jax: interrupted by {signal.Signals(e.signum).name}", file=sys.stderr)
-        return 128 + e.signum
+        return _leave_if_abandoned(128 + e.signum)
     except KeyboardInterrupt:
         print("bec-jax: interrupted", file=sys.stderr)
         return 130

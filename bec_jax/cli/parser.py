@@ -62,6 +62,11 @@ def build_parser(commands: dict, description: str) -> argparse.ArgumentParser:
     _add_reproduce(sub, commands["reproduce"])
     _add_analyze(sub, commands["analyze"])
     _add_list(sub, commands["list"])
+    for name in ("run", "control", "continuing", "study", "reproduce"):
+        sub.choices[name].add_argument(
+            "--device", choices=("auto", "cpu", "gpu"), default="auto",
+            help="where to run: auto (JAX's default: a GPU where JAX has one, else the CPU), cpu, or gpu (an "
+                 "error in one line where JAX has none)")
     return p
 
 

@@ -14,6 +14,8 @@ import os
 import threading
 import time
 
+from bec_jax.engine import waits
+
 _LOCK = threading.Lock()
 _TOTALS = {"trace_s": 0.0, "compile_s": 0.0, "programs": 0, "cache_requests": 0, "cache_hits": 0}
 _LISTENING = [False]
@@ -65,7 +67,16 @@ def _listen() -> None:
 
 def compile_program(fn, args: tuple, options: dict | None):
     """`fn.lower(*args).compile(options)`, its trace and compile seconds added
-    to the process's totals."""
+    to the process's totals. Inside `waits.stop_when` it runs in a helper thread
+    that a stop abandons (`waits.run_stoppable`): a signal during a long compile
+    stops the run at once too."""
+    exe, hit = waits.run_stoppable(_compile_here, fn, args, options)
+    _IN_PROGRAM.hit = hit  # the caller's thread asks `was_cache_hit`
+    return exe
+
+
+def _compile_here(fn, args: tuple, options: dict | None) -> tuple:
+    """(`compile_program`'s executable, whether JAX's cache served it), in this thread."""
     _listen()
     t0 = time.perf_counter()
     _IN_PROGRAM.active, _IN_PROGRAM.hit = True, False
@@ -81,7 +92,7 @@ def compile_program(fn, args: tuple, options: dict | None):
         _TOTALS["trace_s"] += t1 - t0
         _TOTALS["compile_s"] += t2 - t1
         _TOTALS["programs"] += 1
-    return exe
+    return exe, bool(getattr(_IN_PROGRAM, "hit", False))
 
 
 def was_cache_hit() -> bool:

@@ -7,8 +7,18 @@ are the front's (`engine.protocol.Engine`). A chunk whose memory plan asks for
 it runs in time segments and seed chunks (the front's
 `make_segment_programs`), its logs written as they come into `MemoryOutputs`
 or the runner's chunk store, with checkpoints for resuming. Progress is the
-front's bar advanced by a host callback (`Engine.Progress`) or a line per
-chunk or segment.
+host's: a line per chunk or segment, and a line that ticks while a long call
+runs where someone watches (`watched`). No callback is compiled into a
+program, so a run at a terminal runs the very program a run without one does
+(and finds it in the caches).
+
+Stopping. Inside `waits.stop_when(check)` a call's results are awaited in
+short waits that ask `check()` between them: once it says stop, the call in
+flight is abandoned (`waits.Stopped`; a segmented chunk keeps its last
+finished segment), so a stop takes well under a second however long a call
+runs, on any machine. The abandoned work is what a resume computes again, and
+segments are kept to about `SEGMENT_SECONDS` each by their measured time, so
+little is lost.
 """
 from __future__ import annotations
 
@@ -26,15 +36,19 @@ from bec_jax.engine.plan import Chunk, Group, pad
 from bec_jax.engine.programs import GRID_AXIS, segment_mesh
 from bec_jax.engine.seed_stats import combine_seeds
 from bec_jax.engine.tuning import memo_get, memo_key, memo_put
+from bec_jax.engine.waits import Stopped, await_result
 
-
-def want_block_progress(progress: bool | None) -> bool:
-    """Block progress is compiled in when asked for, or by default where someone
-    watches: stderr a terminal and one JAX process (every process of a
-    jax.distributed run must compile the same program)."""
+SEGMENT_SECONDS = 2.0  # a segment measured longer than twice this is shortened to about this
+def watched(progress: bool | None) -> bool:
+    """Whether a call's progress line ticks while it runs: when asked for, or by
+    default where someone watches (stderr a terminal); process 0 only. The
+    line is the host's, between its waits for the call: nothing of it is in
+    the program, which is the same with a terminal and without."""
+    if jax.process_index() != 0:
+        return False
     if progress is not None:
         return bool(progress)
-    return jax.process_count() == 1 and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    return hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
 
 
 # Whether a progress line on stderr waits for its end (its next report, or the
@@ -49,6 +63,14 @@ def progress_line_open() -> bool:
     return _LINE_OPEN[0]
 
 
+def end_line() -> None:
+    """Ends this process's unfinished progress line on stderr, if any."""
+    if _LINE_OPEN[0]:
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+        _LINE_OPEN[0] = False
+
+
 def _progress(done: int, total: int, t0: float, ran: int, todo: int) -> None:
     """The per-chunk progress line: `done` of `total` chunks, `ran` of this run's
     `todo` computed since `t0` (the estimate counts only those)."""
@@ -60,6 +82,36 @@ def _progress(done: int, total: int, t0: float, ran: int, todo: int) -> None:
         sys.stderr.write("\n")
     sys.stderr.flush()
     _LINE_OPEN[0] = ran < todo
+
+
+class CallLine:
+    """The progress line of a chunk's call while it runs (`watched`), at most
+    once a second once the call has taken 2 s: the chunk, the time elapsed and,
+    from the chunks this run finished, about how long is left."""
+
+    def __init__(self, total: int):
+        self.total, self.started, self.last, self.per_chunk = total, 0.0, 0.0, []
+        self.label = ""
+
+    def start(self, i: int) -> None:
+        """Chunk `i`'s call has started."""
+        self.label, self.started, self.last = f"chunk {i + 1}/{self.total}", time.perf_counter(), 0.0
+
+    def end(self) -> None:
+        """The call has finished: its time estimates the next ones."""
+        self.per_chunk.append(time.perf_counter() - self.started)
+
+    def __call__(self) -> None:
+        now = time.perf_counter()
+        el = now - self.started
+        if el < 2.0 or now - self.last < 1.0:
+            return
+        left = ""
+        if self.per_chunk:
+            left = f"  ~{max(sum(self.per_chunk) / len(self.per_chunk) - el, 0.0):6.1f}s left in this chunk"
+        sys.stderr.write(f"\r[bec-jax] {self.label}  {el:6.1f}s in this chunk{left}")
+        sys.stderr.flush()
+        self.last, _LINE_OPEN[0] = now, True
 
 
 class ChunkRun(NamedTuple):
@@ -166,46 +218,35 @@ def _run_segmented(spec, engine, progs: dict, c: Chunk, seed_dev, grid, index: i
     arrays = outputs.arrays(index, engine.log_shapes(spec, c.n))
     offsets = [np.int32(o) for o in ranges]
     on_device = (lambda x: place_carry(x)) if per_seed else (lambda x: x)
-    ck = outputs.restore(index)
-    if ck is None:
-        carries, firsts = [], []
-        for off in offsets:
-            carry, first = call(progs["start"], seed_dev, grid, off)
-            carries.append(jax.device_get(carry) if per_seed else carry)
-            firsts.append(jax.device_get(first))
-        if per_seed:
-            stats = combine_seeds([(f[0][None], f[1][None]) for f in firsts], N, True)
-        else:
-            stats = tuple(np.asarray(x)[None] for x in firsts[0])
-        timing["nan"] = timing.get("nan", 0) + _write_logs(arrays, c.n, 0, stats)
-        j = 0
-    else:
-        carries = [jax.tree_util.tree_unflatten(progs["carry_tree"], leaves) for leaves in ck["carries"]]
-        if len(carries) != len(offsets):
-            raise ValueError(f"resume: chunk {index}'s checkpoint holds {len(carries)} seed chunks, "
-                             f"the plan has {len(offsets)}; start over with --overwrite")
-        carries = carries if per_seed else [place_carry(x) for x in carries]
-        j = int(ck["next_block"])
+    carries, j = _begin_segments(spec, progs, c, seed_dev, grid, index, outputs, offsets, place_carry, arrays,
+                                 timing)
     done = {"j": j}
 
     def save():
         outputs.checkpoint(index, done["j"], [jax.device_get(x) for x in carries], arrays)
 
+    blocks = progs["blocks"]
     try:
         while done["j"] < L:
             j = done["j"]
-            n = min(progs["blocks"], L - j)
+            n = min(blocks, L - j)
             reports, new = [], []
+            t = time.perf_counter()
             for s, off in enumerate(offsets):
-                carry, ys = call(progs["advance"][n], seed_dev, grid, off, on_device(carries[s]), np.int32(j))
-                reports.append(jax.device_get(ys))
+                carry, ys = call(progs["advance"](n), seed_dev, grid, off, on_device(carries[s]), np.int32(j))
+                reports.append(jax.device_get(await_result(ys, index)))
                 new.append(jax.device_get(carry) if per_seed else carry)
             carries[:] = new  # all seed chunks at block j + n together (a failed segment leaves them at j)
+            blocks = _measured_blocks(blocks, n, time.perf_counter() - t)
             stats = combine_seeds(reports, N, False) if per_seed else reports[0]
             timing["nan"] = timing.get("nan", 0) + _write_logs(arrays, c.n, j + 1, stats)
             done["j"] = j + n
             if on_segment is not None:
                 on_segment(index, done["j"], L, save)
+    except Stopped:
+        if done["j"] > 0:
+            save()  # the finished segments are kept; the one in flight is computed again on resume
+        raise Stopped(index, (index, done["j"], L)) from None
     except Exception as e:
         if (_is_oom(e) or memory.is_memory_error(e)) and done["j"] > 0:
             try:
@@ -213,11 +254,47 @@ def _run_segmented(spec, engine, progs: dict, c: Chunk, seed_dev, grid, index: i
             except (OSError, MemoryError):
                 pass  # memory or disk too short even for that: the chunk starts over
         raise
-    fins = [jax.device_get(call(progs["finish"], seed_dev, grid, off, on_device(carries[s])))
+    fins = [jax.device_get(await_result(call(progs["finish"], seed_dev, grid, off, on_device(carries[s])), index))
             for s, off in enumerate(offsets)]
     out = {k: np.concatenate([f[k] for f in fins], axis=-1)[..., :N][: c.n] for k in fins[0]}
     out.update(arrays)
     return out
+
+
+def _begin_segments(spec, progs: dict, c: Chunk, seed_dev, grid, index: int, outputs, offsets: list, place_carry,
+                    arrays: dict, timing: dict) -> tuple[list, int]:
+    """(carries, first block to run) of a segmented chunk: from its checkpoint,
+    else from the start program (the step-0 report written into `arrays`)."""
+    N, per_seed = spec.seeds, len(offsets) > 1
+    ck = outputs.restore(index)
+    if ck is not None:
+        carries = [jax.tree_util.tree_unflatten(progs["carry_tree"], leaves) for leaves in ck["carries"]]
+        if len(carries) != len(offsets):
+            raise ValueError(f"resume: chunk {index}'s checkpoint holds {len(carries)} seed chunks, "
+                             f"the plan has {len(offsets)}; start over with --overwrite")
+        return (carries if per_seed else [place_carry(x) for x in carries]), int(ck["next_block"])
+    carries, firsts = [], []
+    for off in offsets:
+        carry, first = call(progs["start"], seed_dev, grid, off)
+        carries.append(jax.device_get(carry) if per_seed else carry)
+        firsts.append(jax.device_get(await_result(first, index)))
+    if per_seed:
+        stats = combine_seeds([(f[0][None], f[1][None]) for f in firsts], N, True)
+    else:
+        stats = tuple(np.asarray(x)[None] for x in firsts[0])
+    timing["nan"] = timing.get("nan", 0) + _write_logs(arrays, c.n, 0, stats)
+    return carries, 0
+
+
+def _measured_blocks(blocks: int, n: int, seconds: float) -> int:
+    """Log blocks of the next segments: `blocks` unless a segment of `n` took
+    over twice `SEGMENT_SECONDS`, then halved until one would take about that
+    long (halving keeps the segment lengths, each a compiled program, few)."""
+    if n < blocks or seconds <= 2 * SEGMENT_SECONDS:
+        return blocks
+    while blocks > 1 and seconds * blocks / n > SEGMENT_SECONDS:
+        blocks //= 2
+    return blocks
 
 
 def _segment_programs(spec, engine, group: Group, size: int, devices, plan_seeds: int, blocks: int, seed_dev,
@@ -239,10 +316,19 @@ def _segment_programs(spec, engine, group: Group, size: int, devices, plan_seeds
         carry_shape = jax.tree_util.tree_map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
                                              carry_shape, sp.carry_sharding(carry_shape))
     opts = form.compiler_options
+    args = (seed_dev, grid, off, carry_shape, np.int32(0))
+    made = {n: clock.compile_program(q.advance, args, opts) for n, q in sps.items()}
+
+    def advance(n: int):
+        """The program of a segment of `n` log blocks; compiled on first use for a
+        length the plan did not foresee (a segment shortened by its time)."""
+        if n not in made:
+            q = engine.make_segment_programs(spec, group, size, plan_seeds, n, devices, form)
+            made[n] = clock.compile_program(q.advance, args, opts)
+        return made[n]
+
     progs.update(
-        start=clock.compile_program(sp.start, (seed_dev, grid, off), opts),
-        advance={n: clock.compile_program(q.advance, (seed_dev, grid, off, carry_shape, np.int32(0)), opts)
-                 for n, q in sps.items()},
+        start=clock.compile_program(sp.start, (seed_dev, grid, off), opts), advance=advance,
         finish=clock.compile_program(sp.finish, (seed_dev, grid, off, carry_shape), opts))
     return progs, 2 + len(lengths)
 
@@ -335,7 +421,7 @@ class _SegmentLine:
             self.on_segment(i, blocks_done, blocks, checkpoint)
 
 
-def _compile(spec, engine, group: Group, c: Chunk, devices, form, lay: _Layout, memo, bar) -> tuple:
+def _compile(spec, engine, group: Group, c: Chunk, devices, form, lay: _Layout, memo) -> tuple:
     """(exe, placements, grid placed, programs compiled) for chunk `c`'s shape:
     the kept program under `memo` if any (grid None: not placed yet), else
     compiled now and kept."""
@@ -346,7 +432,7 @@ def _compile(spec, engine, group: Group, c: Chunk, devices, form, lay: _Layout, 
     if lay.segmented:
         mesh = segment_mesh(devices, size, lay.by_seed)
     else:
-        program = engine.make_program(spec, group, size, devices, on_block=bar, form=form)
+        program = engine.make_program(spec, group, size, devices, form=form)
         mesh = program.mesh
     placed = placements(mesh, devices[0], lay.by_seed)
     seed_dev = place(np.uint32(spec.seed), placed[0])
@@ -363,32 +449,37 @@ def _compile(spec, engine, group: Group, c: Chunk, devices, form, lay: _Layout, 
     return exe, placed, grid, made
 
 
-def _first_of_shape(spec, engine, group: Group, c: Chunk, devices, compiler_options, lay: _Layout,
-                    bar) -> tuple:
+def _first_of_shape(spec, engine, group: Group, c: Chunk, devices, compiler_options, lay: _Layout) -> tuple:
     """((exe, placements, seed placed), grid placed or None, programs compiled,
     compile seconds) for a run's first chunk of `c`'s shape: its program from
     the process's cache or compiled now (`_compile`), in the form
     `tuning.choose_form` picks."""
     t = time.perf_counter()
     form = tuning.choose_form(spec, devices, group, compiler_options, front=engine)
-    memo = None if bar is not None else memo_key(spec, group, len(c.indices), devices, form, engine)
-    if memo is not None and lay.segmented:
+    memo = memo_key(spec, group, len(c.indices), devices, form, engine)
+    if lay.segmented:
         memo += ("segmented", lay.seeds, lay.blocks)
-    exe, placed, grid, made = _compile(spec, engine, group, c, devices, form, lay, memo, bar)
+    exe, placed, grid, made = _compile(spec, engine, group, c, devices, form, lay, memo)
     seconds = time.perf_counter() - t if made else 0.0
     # The seed is placed per run: a memoised program may come from another seed's run.
     return (exe, placed, place(np.uint32(spec.seed), placed[0])), grid, made, seconds
 
 
 def _run_chunk(spec, engine, exe, c: Chunk, seed_dev, grid, i: int, n_chunks: int, lay: _Layout, outputs,
-               seg_line, devices, timing: dict) -> dict:
+               lines: tuple, devices, timing: dict) -> dict:
     """Chunk i's outputs (its real points); a device out-of-memory error becomes
-    `memory.OutOfMemory`, one line."""
+    `memory.OutOfMemory`, one line. `lines`: (the segment line, the call line
+    or None)."""
+    seg_line, call_line = lines
     try:
         if lay.segmented:
             return _run_segmented(spec, engine, exe, c, seed_dev, grid, i, outputs, seg_line, lay.ranges,
                                   _carry_placer(exe, devices), timing)
-        out = fetch(call(exe, seed_dev, grid))
+        if call_line is not None:
+            call_line.start(i)
+        out = fetch(await_result(call(exe, seed_dev, grid), i, call_line))
+        if call_line is not None:
+            call_line.end()
         return {name: np.asarray(arr)[: c.n] for name, arr in out.items()}
     except jax.errors.JaxRuntimeError as e:
         if not _is_oom(e):
@@ -408,7 +499,9 @@ def run_chunks(spec, groups: list[Group], chunks: list[Chunk], devices, *,
     every chunk not in `done` (and, with `only`, in `only`); calls
     `on_chunk(i, arrays)` after chunk i. `engine` (required): the spec's front,
     an `engine.protocol.Engine`, whose `make_program` and `chunk_grid` make
-    the programs and whose `Progress` shows them.
+    the programs. `progress`: True shows a line per chunk (and, while a call
+    runs, a line that ticks); None shows them where stderr is a terminal and
+    the run has taken 2 s; False none.
 
     With `seeds_per_call` below the spec's seeds or `blocks_per_segment` below
     its log blocks (a `memory.Plan`), each chunk runs in segments of the time
@@ -426,50 +519,37 @@ def run_chunks(spec, groups: list[Group], chunks: list[Chunk], devices, *,
     todo = [i for i in range(len(chunks)) if i not in done and (only is None or i in only)]
     results = dict(done)
     compiled: dict[tuple, tuple] = {}
-    compile_time, t_run, shown, n_compiled = 0.0, 0.0, False, 0
+    compile_time, t_run, n_compiled = 0.0, 0.0, 0
     t_start = time.perf_counter()
-    bar = None
-    if todo and engine.BLOCK_PROGRESS and not lay.segmented and want_block_progress(progress):
-        local = [d for d in devices if d.process_index == jax.process_index()]
-        bar = engine.Progress(spec, len(todo), len(chunks), len(local) if len(devices) > 1 else 1,
-                              show=jax.process_index() == 0)
     seg_line = _SegmentLine(progress, on_segment, t_start, len(todo), len(done), len(chunks))
+    call_line = CallLine(len(chunks)) if watched(progress) and not lay.segmented else None
     try:
         for n, i in enumerate(todo):
             seg_line.n = n
-            if bar is not None:
-                bar.chunk(i)
             c = chunks[i]
             c = c._replace(indices=pad(c.indices, 1 if lay.by_seed else len(devices)))
             key = (c.group, len(c.indices))
             grid = None
             if key not in compiled:  # this run's first chunk of this shape
                 compiled[key], grid, made, seconds = _first_of_shape(spec, engine, groups[c.group], c, devices,
-                                                                     compiler_options, lay, bar)
+                                                                     compiler_options, lay)
                 compile_time += seconds
                 n_compiled += made
             exe, placed, seed_dev = compiled[key]
             if grid is None:
                 grid = {k: place(v, placed[1]) for k, v in engine.chunk_grid(spec, groups[c.group], c).items()}
             t = time.perf_counter()
-            results[i] = _run_chunk(spec, engine, exe, c, seed_dev, grid, i, len(chunks), lay, outputs, seg_line,
-                                    devices, timing)
+            results[i] = _run_chunk(spec, engine, exe, c, seed_dev, grid, i, len(chunks), lay, outputs,
+                                    (seg_line, call_line), devices, timing)
             t_run += time.perf_counter() - t
-            if bar is not None:
-                bar.end_chunk()
             if on_chunk is not None:
                 on_chunk(i, results[i])
-            if bar is None and jax.process_index() == 0 and (
-                    progress or (progress is None and len(todo) > 1 and time.perf_counter() - t_start > 2.0)):
+            if jax.process_index() == 0 and (
+                    progress or (progress is None and len(todo) > 1 and time.perf_counter() - t_start > 2.0)
+                    or (call_line is not None and call_line.last)):
                 _progress(len(done) + n + 1, len(chunks), t_start, n + 1, len(todo))
-                shown = n + 1 < len(todo)
     finally:
-        if bar is not None:
-            bar.close()
-        if shown or seg_line.shown:  # end an unfinished progress line before anyone else writes
-            sys.stderr.write("\n")
-            sys.stderr.flush()
-            _LINE_OPEN[0] = False
+        end_line()  # an unfinished progress line ends before anyone else writes
     if timing.get("nan"):
         warnings.warn(f"sweep: {timing['nan']} logged statistics are NaN where the divergence check flagged "
                       "no run; these statistics are not trustworthy", RuntimeWarning, stacklevel=3)

@@ -8,8 +8,9 @@ line is a thin parser over `run_to_dir`; Python callers get the same behaviour.
 A run keeps each finished chunk of its grid in DIR/chunks/ as it goes (one
 `chunk_00003.npz` per chunk, written atomically, and a manifest with the spec,
 the chunk size and the device count). Inside `StopOnSignal`, Ctrl-C (SIGINT) or
-SIGTERM stops it after the chunk in progress (a second signal stops at once):
-`Interrupted` is raised, and `resume=True` later skips the finished chunks, with
+SIGTERM stops it within a fraction of a second, keeping the finished chunks and
+segments (the call in flight is computed again; a second signal stops at once):
+`Interrupted` is raised, and `resume=True` later skips the finished work, with
 results identical bit for bit to an uninterrupted run. The chunks are removed
 once the results are written.
 
@@ -21,6 +22,7 @@ nothing, with nothing left behind, so the same call runs again.
 from __future__ import annotations
 
 import errno
+import functools
 import math
 import os
 import re
@@ -33,7 +35,7 @@ import traceback
 import numpy as np
 
 from bec_jax import moved
-from bec_jax.engine import clock, memory
+from bec_jax.engine import clock, memory, waits
 from bec_jax.files import LOG_LAYOUT, open_log, write_json
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
@@ -67,8 +69,10 @@ class Interrupted(KeyboardInterrupt):
 
 
 class StopOnSignal:
-    """While active, the first SIGINT/SIGTERM asks the run to stop after the chunk
-    in progress (which is then saved); a second one stops at once. Only the main
+    """While active, the first SIGINT/SIGTERM stops the run within a fraction of
+    a second: the finished chunks (and a segmented chunk's finished segments) are
+    saved, the call in flight is abandoned (`engine.waits.stop_when`) and
+    computed again on resume; a second signal stops at once. Only the main
     thread can install signal handlers; elsewhere it does nothing."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -85,11 +89,16 @@ class StopOnSignal:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             self._old = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+            # A signal also ends the wait for a call in flight (within 0.05 s).
+            self._waits = waits.stop_when(lambda: self.signum is not None)
+            self._waits.__enter__()
         return self
 
     def __exit__(self, *exc):
         for s, h in self._old.items():
             signal.signal(s, h)
+        if self._old:
+            self._waits.__exit__(*exc)
         return False
 
 
@@ -117,7 +126,7 @@ def check_resume(spec: SweepSpec, out: str, chunk_size: int | None = None) -> di
                 raise rundir.RunError(f"chunk_size: the interrupted run used chunks of {m['chunk_size']}, got "
                                f"{chunk_size}; resume with the same --chunk-size (or leave it out)")
         return m
-    if os.path.isdir(out) and os.listdir(out):
+    if os.path.isdir(out) and rundir.entries(out):
         raise rundir.RunError(f"resume: {out!r} holds no interrupted run (no chunks/manifest.json) "
                        "and is not empty; choose another directory or pass --overwrite")
     return None
@@ -143,6 +152,19 @@ def is_writer() -> bool:
     return jax.process_index() == 0
 
 
+def _holding_the_lock(run):
+    """`run_to_dir` gives back the lock on its directory (`rundir.lock_dir`)
+    however it ends: a later run in this process may take it again."""
+    @functools.wraps(run)
+    def locked(spec, out, *args, **kwargs):
+        try:
+            return run(spec, out, *args, **kwargs)
+        finally:
+            rundir.unlock_dir(out)
+    return locked
+
+
+@_holding_the_lock
 def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, resume: bool = False,
                chunk_size: int | None = None, devices=None, stop: StopOnSignal | None = None,
                part: tuple[int, int] | None = None, **sweep_kwargs) -> SweepResult | dict:
@@ -160,7 +182,7 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
         `jax.distributed`). A resume uses the same number as the interrupted run
         where it can; results do not depend on it.
       stop: a `StopOnSignal` in effect; when it has caught a signal the run stops
-        after the chunk in progress and raises `Interrupted`.
+        (the call in flight abandoned, the finished work kept) and raises `Interrupted`.
       part: (K, N): compute only the chunks i with i % N == K - 1 into `out`'s
         chunk store, which N independent processes (a Slurm job array, say) share;
         returns {"part", "chunks_done", "chunks_total"} without assembling. A
@@ -188,6 +210,7 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
     created = not os.path.exists(out)
     if writer:
         rundir.prepare_out_dir(out, overwrite, allow=lambda d: resume)
+        rundir.lock_dir(out)  # one run at a time writes `out` (parts share it through `ChunkStore.ensure`)
     chunk = manifest["chunk_size"] if manifest is not None else pl.grid
     done = _done_chunks(front, spec, store, manifest, writer, chunk, devices, layout)
     total = front.num_chunks(spec, chunk)
@@ -209,6 +232,8 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
             result.save(out)
     except Interrupted as e:
         raise Interrupted(e.signum, count["saved"], total, e.segment) from None
+    except waits.Stopped as e:  # a signal while a call was in flight: that call is abandoned
+        raise Interrupted(stop.signum, count["saved"], total, e.segment) from None
     except Exception as e:
         # A fresh run that kept nothing resumable leaves nothing behind: the same
         # command runs again without --overwrite.
@@ -218,8 +243,8 @@ def run_to_dir(spec: SweepSpec | None, out: str, *, overwrite: bool = False, res
         _raise_contained(e, spec, _saved_note(count["saved"], total, store) if kept else "")
         raise
     finally:
-        if labels is not None:
-            labels.close()
+        if labels is not None:  # a stopped run does not wait for its analysis
+            labels.close(wait=stop is None or stop.signum is None)
     if writer:
         store.remove()
     return result
@@ -297,6 +322,7 @@ def _discard(store: rundir.ChunkStore, out: str, created: bool) -> None:
     """Removes what a run that saved nothing wrote: its chunk store, and `out`
     itself when the run created it (only if nothing else is in it)."""
     store.remove()
+    rundir.unlock_dir(out)  # its lock file goes too
     if created:
         try:
             os.rmdir(out)
@@ -431,10 +457,13 @@ def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> di
     done = store.load_done(clean=False)
     on_chunk, count = _saving(store, True, stop, len(mine - set(done)), len(done), total)
     pl = sweep.plan_memory(spec, len(devices), chunk_size=chunk, out=out)  # a long or large chunk: segments
-    sweep.run_chunks(spec, groups, chunks, devices, done=done, only=mine, on_chunk=on_chunk, progress=progress,
-                     seeds_per_call=pl.seeds, blocks_per_segment=pl.blocks, outputs=store,
-                     on_segment=_segment_stop(stop, count, total), engine=sweep)
-    return {"part": f"{k}/{n}", "chunks_done": len(store.load_done(clean=False)), "chunks_total": total}
+    try:
+        sweep.run_chunks(spec, groups, chunks, devices, done=done, only=mine, on_chunk=on_chunk,
+                         progress=progress, seeds_per_call=pl.seeds, blocks_per_segment=pl.blocks, outputs=store,
+                         on_segment=_segment_stop(stop, count, total), engine=sweep)
+    except waits.Stopped as e:  # a signal while a call was in flight: that call is abandoned
+        raise Interrupted(stop.signum, count["saved"], total, e.segment) from None
+    return {"part": f"{k}/{n}", "chunks_done": store.count_done(), "chunks_total": total}
 
 
 # ------------------------------------------------------------------ confirmation on fresh seeds

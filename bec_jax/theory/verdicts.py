@@ -172,12 +172,13 @@ class Prefetch:
     (a sweep's summary labels: `results.prefetch_summary`), once `start` (an event; None: at once) is set:
     `close()` stops it after the call under way and waits for it (call it in
     a `finally`: a run that fails does not wait for the rest of the
-    analysis)."""
+    analysis); `close(wait=False)` does not wait (a stopped run exits now,
+    and the thread, a daemon, with it)."""
 
     def __init__(self, calls: list, start: threading.Event | None = None):
         self._stop = threading.Event()
         self._start = start
-        self._thread = threading.Thread(target=self._work, args=(calls,), name="bec-jax-analysis")
+        self._thread = threading.Thread(target=self._work, args=(calls,), name="bec-jax-analysis", daemon=True)
         self._thread.start()
 
     def _work(self, calls: list) -> None:
@@ -191,11 +192,13 @@ class Prefetch:
             except Exception:  # noqa: BLE001 - the later call computes it again and reports
                 pass
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stops the thread after its call under way; waits for it with `wait`."""
         self._stop.set()
         if self._start is not None:
             self._start.set()
-        self._thread.join()
+        if wait:
+            self._thread.join()
 
 
 def curve_trend(curve, diverged: bool) -> str:
