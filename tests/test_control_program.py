@@ -96,26 +96,6 @@ def test_loop_axes_from_the_command_line_and_a_table():
     assert table.names == ("alpha", "gamma") and table.loop_values("gamma") == (0.9, 0.99)
 
 
-def test_progress_reports_count_the_episodes_logged(monkeypatch):
-    """The program reports (blocks done, episodes logged) every few blocks; the
-    episodes never decrease and end at what the runs logged."""
-    monkeypatch.setattr(program, "REPORT_RUN_STEPS", 1)  # every block
-    calls = []
-    prog = program.make_program(SWEEPS, [s.num_points for s in SWEEPS],
-                                on_block=lambda j, e: calls.append((int(j), int(e))))
-    grids = tuple(program.grid_inputs(s, np.arange(s.num_points)) for s in SWEEPS)
-    outs = prog.fn(np.uint32(0), grids)
-    logged = sum(int((np.asarray(o["lengths"]) > 0).sum()) for o in outs)
-    assert [j for j, _ in calls] == list(range(1, len(calls) + 1)) and len(calls) > 3
-    assert all(a[1] <= b[1] for a, b in zip(calls, calls[1:])) and calls[-1][1] == logged
-    bar = sweep.Progress(SWEEPS[0], 1, 1, total=logged)  # shown (to the captured stderr): a hidden bar counts nothing
-    for j, e in calls:
-        bar(j, e)
-    bar.end_chunk()
-    assert bar.bar.n == logged
-    bar.close()
-
-
 def test_task_parameters_as_grid_axes_run_a_program_each():
     """A task parameter with several values is a grid axis: each value is its own
     task and program, and its points are what the task given that value alone gives."""

@@ -40,7 +40,7 @@ from bec_jax import threefry
 from bec_jax.control import loop
 from bec_jax.control.spec import ControlSpec
 from bec_jax.control.transition import q_values
-from bec_jax.engine import divergence
+from bec_jax.engine import divergence, tuning
 from bec_jax.engine.layout import state_axes
 from bec_jax.engine.programs import GRID_AXIS, Program
 from bec_jax.engine.streams import per_seed_keys
@@ -54,6 +54,7 @@ class Member(NamedTuple):
     axes: object          # the learner state's batch axes (None: shared)
     step_all: Callable    # (carry, step keys (R,), columns (R,)) -> carry, over R = G N flat runs
     task_of: Callable     # a run's columns -> its task (the program's, or built from traced task axes)
+    branches: str = "cond"  # its resets' and revert's (`tuning.KernelForm.branches`)
 
 
 class Shared(NamedTuple):
@@ -110,11 +111,11 @@ SEED_INDEX = "seed_index"  # a run's seed, in a program's grid input (`grid_inpu
 REPORTED = ("omega", "rbar")  # a learner's scalars reported per run as "omega" (`outputs`)
 
 
-def member(spec: ControlSpec, task, alg=None) -> Member:
+def member(spec: ControlSpec, task, alg=None, branches: str = "cond") -> Member:
     """The member of `spec`: its algorithm (or `alg`, an algorithm `spec`'s is a
     case of, run with every one of its hyperparameters as a column: `fusion`),
     its state's batch axes and one step of every (grid point, seed) run with the
-    resets of finished episodes."""
+    resets of finished episodes (`branches`: as `tuning.KernelForm.branches`)."""
     alg_names = spec.algorithm_names if alg is None else alg.names
     alg = spec.algorithm_def if alg is None else alg
     dtype = jnp.dtype(spec.dtype)
@@ -150,18 +151,19 @@ def member(spec: ControlSpec, task, alg=None) -> Member:
     reported = tuple(n for n in REPORTED if hasattr(template, n) and getattr(axes, n) == 0)
 
     def step_all(c, keys_t, cols):
-        # Resets (a task's reset and its features) are computed only on steps
-        # where some run's episode ended: `loop.step`, with the reset skipped
-        # when nothing would use it.
+        # Resets (a task's reset and its features) are a masked update,
+        # computed only on steps where some run's episode ended where
+        # `branches` is "cond" (`loop.step`, with the reset skipped when
+        # nothing would use it), else every step.
         learner, ls, log, done = over_runs(*c, keys_t, cols)
         if reported:
             finished = c[1].episodes >= spec.episodes
             learner = learner._replace(**{n: jnp.where(finished, getattr(c[0], n), getattr(learner, n))
                                           for n in reported})
-        ls = jax.lax.cond(jnp.any(done), lambda: reset_runs(ls, done, keys_t, cols), lambda: ls)
+        ls = divergence.skippable(branches == "cond", jnp.any(done), lambda: reset_runs(ls, done, keys_t, cols), ls)
         return learner, ls, log
 
-    return Member(spec, alg, axes, step_all, task_of)
+    return Member(spec, alg, axes, step_all, task_of, branches)
 
 
 class Fused(NamedTuple):
@@ -288,10 +290,11 @@ def live(sh: Shared, carry) -> jax.Array:
 def member_block(sh: Shared, m: Member, cols: dict, run_keys, j, carry):
     """Block j of `sh.block` steps of every run of member `m`; a run that left
     the bound during the block goes back to the block's start and stays there,
-    flagged with the block's last step (the select over every state runs only
-    when some run needs it). The log is not reverted (keeping its block-start
-    copy cost a copy of every run's whole log per block): a reverted run's
-    episode count goes back, and `outputs` clears the entries past it."""
+    flagged with the block's last step (with `m.branches` "cond" the select
+    over every state runs only when some run needs it). The log is not
+    reverted (keeping its block-start copy cost a copy of every run's whole
+    log per block): a reverted run's episode count goes back, and `outputs`
+    clears the entries past it."""
     K = sh.block
     learner, ls, log, dstep = carry
 
@@ -306,7 +309,7 @@ def member_block(sh: Shared, m: Member, cols: dict, run_keys, j, carry):
     def revert():
         return divergence.revert(keep, nl, learner, m.axes), divergence.revert(keep, nls, ls)
 
-    learner, ls = jax.lax.cond(jnp.any(keep != alive), revert, lambda: (nl, nls))
+    learner, ls = divergence.skippable(m.branches == "cond", jnp.any(keep != alive), revert, (nl, nls))
     return learner, ls, nlog, divergence.flag(dstep, alive, keep, (j + 1) * K)
 
 
@@ -351,17 +354,10 @@ def by_point(out: dict, points: int, seeds: int, axes) -> dict:
     return res
 
 
-def episodes_done(sh: Shared, carries) -> jax.Array:
-    """Episodes logged so far over every run of every member (at most `episodes` a run)."""
-    return sum(jnp.minimum(c[1].episodes, sh.episodes).sum() for c in carries)
-
-
-def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple,
-         on_block: Callable | None = None) -> tuple:
+def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple) -> tuple:
     """Every run of every member (grids: one dict of per-run columns per member,
     `grid_inputs`), block by block while some member has a live run (and steps
-    remain). `on_block(j, episodes)`, where given, is called on the host after
-    every `report_every(...)` blocks with the blocks done and `episodes_done`."""
+    remain)."""
     # Keys of the fused threefry (`bec_jax.threefry.IMPL`): the same numbers as
     # threefry keys, drawn as fused arithmetic also inside a task's own code.
     keys = threefry.fused(per_seed_keys(seed, sh.seeds))
@@ -374,8 +370,6 @@ def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple
         j, cs = state
         return (j < sh.max_blocks) & jnp.any(jnp.stack([live(sh, c) for c in cs]))
 
-    every = report_every(sh, sum(g[SEED_INDEX].shape[0] for g in grids))
-
     def block(state):
         j, cs = state
         if len(members) == 1:  # one member: live whenever the loop runs
@@ -383,25 +377,16 @@ def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple
         else:
             cs = tuple(jax.lax.cond(live(sh, c), partial(member_block, sh, m, cc, rk, j), lambda c: c, c)
                        for m, cc, rk, c in zip(members, cols, run_keys, cs))
-        if on_block is not None:
-            jax.lax.cond((j + 1) % every == 0, lambda: jax.debug.callback(on_block, j + 1, episodes_done(sh, cs)),
-                         lambda: None)
         return j + 1, cs
 
     _, carries = jax.lax.while_loop(more, block, (jnp.int32(0), carries))
     return tuple(outputs(c, m.axes, keep_state) for c, m in zip(carries, members))
 
 
-def report_every(sh: Shared, runs_: int) -> int:
-    """Blocks between progress reports: about `REPORT_RUN_STEPS` run-steps."""
-    return max(1, REPORT_RUN_STEPS // max(1, runs_ * sh.block))
-
-
-REPORT_RUN_STEPS = 5_000_000  # run-steps between progress reports (a fraction of a second to seconds)
 
 
 def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_state: bool = False,
-                 group=None, on_block: Callable | None = None, fuse: bool = True) -> Program:
+                 group=None, fuse: bool = True, branches: str | None = None) -> Program:
     """The program (`engine.programs.Program`) of sweeps that share a task, seeds
     and loop (`sizes`: each one's grid points per call). `fn(seed, grids)` takes
     one dict of per-run inputs (`grid_inputs`) per sweep and returns one dict of
@@ -409,25 +394,28 @@ def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_
     split among them (`shard_map` over the run axis: every member's runs, so a
     sweep of one point and many seeds uses every device too). One sweep (one
     size) gives a plain dict in and out; `group`: the record's
-    (`engine.plan.Group`); `on_block`: progress reports (`runs`); `fuse`:
+    (`engine.plan.Group`); `fuse`:
     the cases of one algorithm as one member (`fusion`), else a member per
-    sweep."""
+    sweep; `branches`: the members' resets and reverts as conditionals or
+    selects (`Member.branches`; None: the devices' platform's,
+    `tuning.branches_for`)."""
     sh = shared(specs, dict(group.static) if group is not None and group.static else None)
     plan = fusion(specs, keep_state or not fuse)
-    members = [member(specs[f.sweeps[0]], sh.task, f.host) for f in plan]
+    devices = list(devices) if devices is not None else jax.devices()
+    branches = branches or tuning.branches_for(devices[0].platform)
+    members = [member(specs[f.sweeps[0]], sh.task, f.host, branches) for f in plan]
     single = len(specs) == 1
 
     def per_device(seed, grids):
         fused = [grids[f.sweeps[0]] if f.host is None else
                  fuse_columns([grids[i] for i in f.sweeps], f.fixed, sh.dtype) for f in plan]
-        outs, back = runs(sh, members, keep_state, seed, fused, on_block), [None] * len(specs)
+        outs, back = runs(sh, members, keep_state, seed, fused), [None] * len(specs)
         for f, o in zip(plan, outs):
             parts = [o] if f.host is None else unfuse(o, [grids[i] for i in f.sweeps], [specs[i] for i in f.sweeps])
             for i, part in zip(f.sweeps, parts):
                 back[i] = part
         return tuple(back)
 
-    devices = list(devices) if devices is not None else jax.devices()
     mesh = None if len(devices) <= 1 else Mesh(np.array(devices), (GRID_AXIS,))
     if mesh is not None:
         axis = PartitionSpec(GRID_AXIS)
@@ -444,5 +432,5 @@ def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_
 
 
 __all__ = ["REPORTED", "SEED_INDEX", "Fused", "Member", "Shared", "behaviour_columns", "by_point", "cases",
-           "episodes_done", "fuse_columns", "fusion", "grid_inputs", "has_omega", "init_member", "live",
-           "make_program", "member", "member_block", "outputs", "report_every", "run_ok", "runs", "shared", "unfuse"]
+           "fuse_columns", "fusion", "grid_inputs", "has_omega", "init_member", "live",
+           "make_program", "member", "member_block", "outputs", "run_ok", "runs", "shared", "unfuse"]

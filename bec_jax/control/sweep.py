@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from collections.abc import Callable
 
 import jax
@@ -35,53 +34,9 @@ KIND = "control"
 STEP_COST = 100         # a control step's cost in prediction updates (`updates`)
 SERIAL_FUSIONS = True   # its programs are many small dependent steps (`tuning.CPU_SERIAL_OPTIONS`)
 SEGMENTS = False        # a chunk runs every seed of its points in one call
-BLOCK_PROGRESS = True   # a chunk reports its episodes every few blocks (`Progress`)
 STATE_COPIES = 4        # live copies of the learner state in a block (the scan's, the revert's)
 LOOP_BYTES = 256        # a run's loop state (task state, features, counters) and keys
 _FRONT = sys.modules[__name__]  # this module: the front the engine is handed
-
-
-class Progress:
-    """A progress line (tqdm) in episodes logged over the chunks a run computes,
-    with the time left, advanced by the program every few blocks
-    (`control.program.runs`); shown once the run has taken 2 s. The interface
-    of `engine.execute.BlockProgress`, which `run_chunks` builds for a front
-    that names its own."""
-
-    def __init__(self, spec: ControlSpec, chunks_todo: int, chunks_total: int, local_shards: int = 1,
-                 show: bool = True, total: int | None = None):
-        from tqdm.auto import tqdm
-        per_point = spec.seeds * spec.episodes
-        self.chunk_total = total if total is not None else per_point * -(-spec.num_points // chunks_total)
-        self.shards, self.total_chunks = max(1, local_shards), chunks_total
-        self.bar = tqdm(total=self.chunk_total * chunks_todo, unit="episode", unit_scale=True, delay=2.0,
-                        file=sys.stderr, desc="[bec-jax] control", dynamic_ncols=True, leave=True, disable=not show)
-        self._base, self._seen = 0, {}
-        self._lock = threading.Lock()
-
-    def chunk(self, i: int) -> None:
-        """Names the chunk now running."""
-        self.bar.set_description(f"[bec-jax] control, chunk {i + 1}/{self.total_chunks}", refresh=False)
-
-    def __call__(self, j, episodes) -> None:
-        """Block j (1-based) has finished on one device with `episodes` logged there."""
-        with self._lock:
-            n, total = self._seen.get(int(j), (0, 0))
-            n, total = n + 1, total + int(episodes)
-            self._seen[int(j)] = (n, total)
-            if n == self.shards:  # (padded runs count too: capped at the chunk's total)
-                self.bar.update(max(0, self._base + min(total, self.chunk_total) - self.bar.n))
-
-    def end_chunk(self) -> None:
-        """The chunk is done: the bar moves to its end (runs may stop short of their episodes)."""
-        with self._lock:
-            self._base += self.chunk_total
-            self._seen = {}
-            self.bar.update(max(0, self._base - self.bar.n))
-
-    def close(self) -> None:
-        """Closes the bar."""
-        self.bar.close()
 
 
 def sizes(spec: ControlSpec, fused: bool = False) -> memory.Sizes:
@@ -172,15 +127,15 @@ def chunk_grid(spec: ControlSpec, group, chunk) -> dict:
     return program.grid_inputs(spec, group.indices[chunk.indices])
 
 
-def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None, on_block=None,
+def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None,
                  keep_state: bool = False, form=None) -> Program:
     """The program (`engine.programs.Program`) for chunks of `chunk` grid points
-    (`control.program.make_program` with this one sweep). `on_block`: progress
-    reports (a `Progress`); `form` is accepted for the engine's interface and
+    (`control.program.make_program` with this one sweep). `form` is accepted for the engine's interface and
     ignored (the options it names are given when compiling). With `keep_state` it also
     returns the final learner states ("state": a pytree of (chunk, seeds, ...)
     arrays)."""
-    return program.make_program([spec], [chunk], devices, keep_state, group, on_block)
+    return program.make_program([spec], [chunk], devices, keep_state, group,
+                                branches=form.branches if form is not None else None)
 
 
 def assemble(spec: ControlSpec, groups, chunks, results: dict, meta: dict | None = None) -> ControlResult:
@@ -267,12 +222,6 @@ def joint_grid(spec: ControlSpec, group: Group, chunk, n_devices: int) -> dict:
     return program.grid_inputs(spec, group.indices[chunk.indices], n_devices)
 
 
-def joint_progress(specs: list, n_devices: int) -> Progress:
-    """The progress line of a joint program, in the episodes of every sweep."""
-    return Progress(specs[0], 1, 1, n_devices, total=sum(s.num_points * s.seeds * s.episodes for s in specs),
-                    show=jax.process_index() == 0)
-
-
 def _fused(form) -> bool:
     """Whether a joint program runs the cases of an algorithm as one member:
     where the compile is most of the cost, the light compile's small sweeps.
@@ -283,9 +232,9 @@ def _fused(form) -> bool:
     return form.emitters == "loop"
 
 
-def joint_program(specs: list, groups: list, sizes: list, devices, form, on_block=None) -> Program:
+def joint_program(specs: list, groups: list, sizes: list, devices, form) -> Program:
     """One program for the sweeps (`control.program.make_program`)."""
-    return program.make_program(list(specs), sizes, devices, on_block=on_block, fuse=_fused(form))
+    return program.make_program(list(specs), sizes, devices, fuse=_fused(form), branches=form.branches)
 
 
 def split_joint(out, sizes: list, n_devices: int) -> list[dict]:

@@ -63,10 +63,20 @@ def revert(keep: jax.Array, new, old, axes=None):
                                   new, old, axes)
 
 
+def skippable(conditional: bool, needed: jax.Array, work: Callable, unchanged):
+    """`work()` where `needed` (a scalar), else `unchanged`: as a conditional
+    that skips the work (`conditional`), or as the work every time and a select
+    of the two, the conditional's values exactly. On a GPU a conditional reads
+    `needed` back to the host each time round (`tuning.KernelForm.branches`)."""
+    if conditional:
+        return jax.lax.cond(needed, work, lambda: unchanged)
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(needed, a, b), work(), unchanged)
+
+
 def flag(dstep: jax.Array, alive: jax.Array, keep: jax.Array, step) -> jax.Array:
     """The divergence steps after a block ending at `step`: -1 for a run still
     alive, the step at which a run first failed the check."""
     return jnp.where(alive & ~keep, step, dstep)
 
 
-__all__ = ["broadcast_mask", "flag", "max_abs", "revert", "run_ok"]
+__all__ = ["broadcast_mask", "flag", "max_abs", "revert", "run_ok", "skippable"]

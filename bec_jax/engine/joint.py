@@ -12,13 +12,15 @@ member's meta.
 """
 from __future__ import annotations
 
+import hashlib
 import time
 
 import jax
 import numpy as np
 
-from bec_jax.engine import clock, execute, tuning
+from bec_jax.engine import execute, program_cache, tuning
 from bec_jax.engine.protocol import check_dtype
+from bec_jax.engine.waits import await_result
 
 
 def packs(specs: list, front, devices) -> tuple[list[list[int]], dict]:
@@ -74,8 +76,9 @@ def run_joint(specs: list, front, infos: list, devices, compiler_options: dict |
               progress: bool | None = False) -> list:
     """Sweeps that `shared_programs` packed (with what `front.joint_key` said of
     each), run by one program: compiled once (or taken from the process's
-    cache, `tuning.memo_get`; a program with a progress callback is not
-    kept), called once, its outputs split into the members' results. The
+    cache, `tuning.memo_get`, or from disk, `program_cache`), called once
+    (`progress`: a line that ticks while it runs), its outputs split into the
+    members' results. The
     compile and run times go to the first member's meta; every member's meta
     names the program's sweeps (`shared_program`) and its place among them
     (`shared_program_index`)."""
@@ -89,28 +92,27 @@ def run_joint(specs: list, front, infos: list, devices, compiler_options: dict |
     t = time.perf_counter()
     memo = tuple(tuning.memo_key(s, g, n, devices, form, front) for s, g, n in zip(specs, groups, sizes)) + ("joint",)
     grids = tuple(front.joint_grid(s, g, c, n_dev) for s, g, c in zip(specs, groups, chunks))
-    bar = front.joint_progress(specs, n_dev) if execute.want_block_progress(progress) else None
-
     def inputs(placed):  # (seed, one grid chunk per sweep), placed as the program wants them
         return (execute.place(np.uint32(specs[0].seed), placed[0]),
                 tuple({k: execute.place(v, placed[1]) for k, v in g.items()} for g in grids))
 
-    hit, made = (tuning.memo_get(memo) if bar is None else None), 0
+    hit, made = tuning.memo_get(memo), 0
     if hit is None:
-        program = front.joint_program(specs, groups, sizes, devices, form, bar)
+        program = front.joint_program(specs, groups, sizes, devices, form)
         placed = execute.placements(program.mesh, devices[0])
-        hit, made = (clock.compile_program(program.fn, inputs(placed), form.compiler_options), placed), 1
-        if bar is None:
-            tuning.memo_put(memo, hit)
+        key = joint_file_key(specs, groups, sizes, devices, form, front)
+        hit, made = (program_cache.compile_or_load(key, devices, program.fn, inputs(placed), form.compiler_options),
+                     placed), 1
+        tuning.memo_put(memo, hit)
     args = inputs(hit[1])
     compile_time = time.perf_counter() - t if made else 0.0
     t = time.perf_counter()
-    try:
-        out = execute.fetch(execute.call(hit[0], *args))
-    finally:
-        if bar is not None:
-            bar.end_chunk()
-            bar.close()
+    line = execute.CallLine(1) if execute.watched(progress) else None
+    if line is not None:
+        line.start(0)
+    out = execute.fetch(await_result(execute.call(hit[0], *args), 0, line))
+    if line is not None and line.last:
+        execute.end_line()
     run_time = time.perf_counter() - t
     names, results = [s.algorithm for s in specs], []
     for m, (spec, info, group, chunk, part) in enumerate(zip(specs, infos, groups, chunks,
@@ -123,3 +125,14 @@ def run_joint(specs: list, front, infos: list, devices, compiler_options: dict |
         meta = {**meta, "shared_program": names, "shared_program_index": m, **more}
         results.append(front.assemble(spec, [group], [chunk], ran.results, meta))
     return results
+
+
+def joint_file_key(specs: list, groups: list, sizes: list, devices, form, front) -> str | None:
+    """The program cache's key of a joint program (`program_cache.file_key`):
+    its members' keys in their order, or None where any member's program may
+    not be kept."""
+    keys = [program_cache.file_key(s, g, n, devices, form, front, extra=("joint",))
+            for s, g, n in zip(specs, groups, sizes)]
+    if any(k is None for k in keys):
+        return None
+    return hashlib.sha256(("joint|" + "|".join(keys)).encode()).hexdigest()

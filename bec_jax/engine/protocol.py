@@ -36,14 +36,8 @@ class Engine(Protocol):
       SEGMENTS: whether a chunk may run in time segments and seed chunks
         (`memory.Plan.segmented`); a front without them runs each chunk in one
         call and its memory plan refuses what does not fit.
-      BLOCK_PROGRESS: whether its programs report log blocks to a progress bar
-        (`make_program`'s `on_block`, a `Progress`).
       SERIAL_FUSIONS: whether its programs are many small dependent steps,
         compiled on a CPU with `tuning.CPU_SERIAL_OPTIONS`.
-      Progress: the progress bar `run_chunks` builds where it shows one:
-        `Progress(spec, chunks_todo, chunks_total, local_shards, show=)`,
-        with `chunk(i)`, `__call__` (the programs' `on_block`), `end_chunk()`
-        and `close()`.
 
     Segmented runs (only a front with SEGMENTS): `make_segment_programs(spec,
     group, chunk, seeds, blocks, devices, form)` -> `programs.SegmentPrograms`;
@@ -59,9 +53,7 @@ class Engine(Protocol):
 
     KIND: str
     SEGMENTS: bool
-    BLOCK_PROGRESS: bool
     SERIAL_FUSIONS: bool
-    Progress: type
 
     # -- planning and the memory plan
 
@@ -88,8 +80,9 @@ class Engine(Protocol):
     def chunk_grid(self, spec, group, chunk) -> dict:
         """The program's grid input for one chunk: (chunk,) NumPy arrays."""
 
-    def make_program(self, spec, group, chunk: int, devices=None, on_block=None, form=None):
-        """An `engine.programs.Program`: `fn(seed, grid)` for chunks of `chunk` points."""
+    def make_program(self, spec, group, chunk: int, devices=None, form=None):
+        """An `engine.programs.Program`: `fn(seed, grid)` for chunks of `chunk`
+        points. It holds no host callback (progress is the host's, between calls)."""
 
     def program_sources(self, spec) -> tuple:
         """The front's code a program of `spec` bakes in beyond the algorithm's
@@ -136,10 +129,7 @@ class Engine(Protocol):
     def joint_grid(self, spec, group, chunk, n_devices: int) -> dict:
         """One member's grid input to a joint program."""
 
-    def joint_progress(self, specs: list, n_devices: int):
-        """The progress bar of a joint program (a `Progress`), or None."""
-
-    def joint_program(self, specs: list, groups: list, sizes: list, devices, form, on_block=None):
+    def joint_program(self, specs: list, groups: list, sizes: list, devices, form):
         """One `engine.programs.Program` for the sweeps, `fn(seed, grids)`
         with one grid per member."""
 

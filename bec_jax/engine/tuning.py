@@ -52,6 +52,21 @@ LIGHT_COMPILE_UPDATES = 1_000_000_000
 # are compiled without the pass (benchmarks/README.md).
 CPU_SERIAL_OPTIONS = {"xla_disable_hlo_passes": "cpu-parallel-task-assigner"}
 _EMITTER_OPTIONS = {"fusion": CPU_COMPILER_OPTIONS, "loop": CPU_LIGHT_OPTIONS}
+# Where pairing log blocks (`KernelForm.paired`) was measured to pay, by
+# (platform, emitters): it works around a copy XLA:CPU's fusion emitters make
+# of the state between blocks, and doubles the program. Elsewhere it was not
+# measured to gain (the loop emitters: it compiles half as long again and
+# runs no faster) or not measured at all, and the plain form is kept
+# (benchmarks/README.md).
+PAIRING_PAYS = frozenset({("cpu", "fusion")})
+# Where a data-dependent conditional in a scanned body (the kernel's revert, a
+# control step's resets and block's revert) was measured to cost less than a
+# select that does the work every time: on XLA:CPU (2 cores, loaded) the
+# selects took the standard workload from 151 to 84 M updates/s and control
+# sweeps on tile-coded tasks up to 1.5-2.7 times as long (the same bits).
+# Elsewhere the select: XLA:GPU reads a conditional's predicate back to the
+# host each time round.
+CONDITIONALS_PAY = frozenset({"cpu"})
 
 
 class KernelForm(NamedTuple):
@@ -67,9 +82,11 @@ class KernelForm(NamedTuple):
         run slower).
       paired: log blocks two an iteration, each with its first step outside
         its loop of steps, so the state needs no copy between blocks, in a
-        program about twice as long (`kernel._blocks`). Only with the fusion
-        emitters: with the loop emitters the longer program compiles half as
-        long again and runs no faster.
+        program about twice as long (`kernel._blocks`). Only where it was
+        measured to pay (`PAIRING_PAYS`): XLA:CPU's fusion emitters. With the
+        loop emitters the longer program compiles half as long again and runs
+        no faster; off the CPU it was not measured, and a GPU need not make
+        the copy it works around.
       share: the updates of the algorithms that declare
         `Algorithm.shares_scalars` are traced under `algorithms.sharing`, each
         TD error and dot product computed once a step into an array every
@@ -77,6 +94,12 @@ class KernelForm(NamedTuple):
         loop emitters' loops slower, and elsewhere a conditional can cost a
         round trip to the host.
       unroll: steps per iteration of the inner scan (`UNROLL`).
+      branches: "cond" (a per-block or per-step branch on the runs' data,
+        the revert of diverged runs or a control step's resets, is a
+        conditional that skips the work when no run needs it) or "select"
+        (the work every time, kept where needed by a select: no predicate
+        read back to the host). "cond" where it was measured to pay
+        (`CONDITIONALS_PAY`); the same results either way.
       xla_options: the XLA options the program compiles with, as (name,
         value) pairs sorted by name: the user's where given, else the form's
         emitters' (`CPU_COMPILER_OPTIONS`, `CPU_LIGHT_OPTIONS`; none off the
@@ -94,6 +117,7 @@ class KernelForm(NamedTuple):
     share: bool
     unroll: int
     xla_options: tuple
+    branches: str = "select"
 
     @property
     def compiler_options(self) -> dict | None:
@@ -122,8 +146,9 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
     `front.updates(spec)` (None there, or no front, takes the light compile);
     a program shared by several sweeps (`joint.run_many`) gives theirs
     together. A front with `SERIAL_FUSIONS` gets `CPU_SERIAL_OPTIONS` too. Then
-    `paired` and `share` follow from the emitters and the platform (see
-    `KernelForm`)."""
+    `share` follows from the emitters and the platform, and `paired` and
+    `branches` from what was measured to pay (`PAIRING_PAYS`,
+    `branches_for`; see `KernelForm`)."""
     platform = (list(devices) if devices is not None else jax.devices())[0].platform
     if compiler_options is not None:
         options = dict(compiler_options)
@@ -137,9 +162,17 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
         options = _EMITTER_OPTIONS[emitters]
         if getattr(front, "SERIAL_FUSIONS", False):
             options = {**options, **CPU_SERIAL_OPTIONS}
-    paired = emitters == "fusion"
-    return KernelForm(platform=platform, emitters=emitters, paired=paired, share=paired and platform == "cpu",
-                      unroll=UNROLL, xla_options=tuple(sorted(options.items(), key=lambda kv: kv[0])))
+    paired = (platform, emitters) in PAIRING_PAYS
+    return KernelForm(platform=platform, emitters=emitters, paired=paired,
+                      share=emitters == "fusion" and platform == "cpu", unroll=UNROLL,
+                      xla_options=tuple(sorted(options.items(), key=lambda kv: kv[0])),
+                      branches=branches_for(platform))
+
+
+def branches_for(platform: str) -> str:
+    """`KernelForm.branches` on `platform`: "cond" where conditionals were
+    measured to pay (`CONDITIONALS_PAY`), else "select"."""
+    return "cond" if platform in CONDITIONALS_PAY else "select"
 
 
 def _cpu_emitters(group, updates: int | None) -> str:

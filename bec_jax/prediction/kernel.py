@@ -31,8 +31,6 @@ from bec_jax.prediction.spec import SweepSpec
 from bec_jax.schedules import robbins_monro
 from bec_jax.theory import metrics
 
-UPDATES_PER_REPORT = 200_000_000  # updates per progress report (see `make_kernel`)
-
 
 class Kernel(NamedTuple):
     """The pieces of one group's program, as functions to trace (see `make_kernel`)."""
@@ -118,7 +116,6 @@ class Parts(NamedTuple):
     nu: int             # uniforms per step
     K: int              # steps per log block
     L: int              # log blocks
-    report_every: int   # log blocks per progress report
     bound: float        # the divergence bound
     theta0: np.ndarray  # (E, k) the models' start weights
     mets: list | None   # one model: its metrics (constants)
@@ -126,7 +123,6 @@ class Parts(NamedTuple):
     nonzero: list | None  # several models: each metric's nonzero columns
     members: tuple      # the `_Member`s (one per sweep of a joint program)
     form: KernelForm    # the performance choices (`tuning.choose_form`)
-    on_block: Callable | None
 
 
 class Context(NamedTuple):
@@ -142,8 +138,7 @@ class Context(NamedTuple):
     mets_g: list
 
 
-def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | None = None,
-                others: tuple = (), form: KernelForm | None = None, devices=None) -> Kernel:
+def make_kernel(spec: SweepSpec, group: Group, chunk: int, others: tuple = (), form: KernelForm | None = None, devices=None) -> Kernel:
     """The traced pieces of a group's program: the context of a (seed, grid
     chunk, seed range), the start state, a run of log blocks, and the end.
 
@@ -177,9 +172,6 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     step_fn = sampling.markov_step_from_uniforms if spec.sampler == "markov" else sampling.iid_step_from_uniforms
     nu = sampling.NUM_UNIFORMS[spec.sampler]
     K, L = spec.log_every, spec.steps // spec.log_every
-    # Progress reports (on_block): a host callback stalls the program, so one per
-    # UPDATES_PER_REPORT, at most 100 a chunk.
-    report_every = max(1, L // int(np.clip(chunk * spec.seeds * spec.steps // UPDATES_PER_REPORT, 1, 100)))
     bound = float(spec.divergence_bound)
     theta0 = np.stack([np.asarray(m.theta0, np.float64) for m in models])  # (E, k)
     k = theta0.shape[1]
@@ -210,8 +202,8 @@ def make_kernel(spec: SweepSpec, group: Group, chunk: int, on_block: Callable | 
     tr_axis = None if E == 1 else 0
     members = tuple(_member(s, g, k, dtype, tr_axis, form) for s, g in ((spec, group), *others))
     parts = Parts(dtype=dtype, E=E, per_model=per_model, tables_np=tables_np, step_fn=step_fn, nu=nu, K=K, L=L,
-                  report_every=report_every, bound=bound, theta0=theta0, mets=mets, stacked=stacked,
-                  nonzero=nonzero, members=members, form=form, on_block=on_block)
+                  bound=bound, theta0=theta0, mets=mets, stacked=stacked,
+                  nonzero=nonzero, members=members, form=form)
     return Kernel(partial(_setup, parts), partial(_start, parts), partial(_blocks, parts), partial(_finish, parts),
                   tuple(mb.axes for mb in members))
 
@@ -349,16 +341,15 @@ def _block(f: Parts, ctx: Context, carry, j, u, per_seed):
     count = alive_count(keep)  # the report's, and whether any run is not kept
     # Reverting is a pass over the state, needed only where some run is not
     # kept (diverged now or before: a diverged run stays frozen); in most
-    # sweeps most blocks have none. A run that diverges is flagged there too.
-    states, dstep = jax.lax.cond(
-        jnp.any(count < ctx.N),
+    # sweeps most blocks have none. The form's `branches` says whether it is
+    # skipped then (a conditional) or done every block (a select: no predicate
+    # read back to the host on a GPU); the same bits either way.
+    states, dstep = divergence.skippable(
+        f.form.branches == "cond", jnp.any(count < ctx.N),
         lambda: (tuple(divergence.revert(kp, nw, st, mb.axes)
                        for mb, nw, st, kp in zip(f.members, new, states, [k.T for k in _split(keep, ctx.sizes)])),
                  divergence.flag(dstep, alive, keep, (j + 1) * f.K)),
-        lambda: (new, dstep))
-    if f.on_block is not None:
-        jax.lax.cond((j + 1) % f.report_every == 0, lambda: jax.debug.callback(f.on_block, j + 1),
-                     lambda: None)
+        (new, dstep))
     vals = _metric_values(f, ctx, states)
     return (states, samp, dstep), vals, _report(vals, keep, per_seed, count=count)
 

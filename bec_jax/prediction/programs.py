@@ -26,20 +26,18 @@ from bec_jax.prediction.spec import SweepSpec
 
 
 def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
-                 on_block: Callable | None = None, form: KernelForm | None = None) -> Program:
+                 form: KernelForm | None = None) -> Program:
     """Python-side setup for one group of `spec`: the models' sampler tables and
     metrics are baked in, and the returned program maps (base seed, grid chunk)
     -> statistics, over every seed and the whole time axis in one call.
 
     With several devices, the grid axis of the chunk is split over them with
     `shard_map` on a 1-D `Mesh`; `chunk` must be a multiple of the device count.
-    `on_block(j)`, if given, is called on the host after log block j (1-based)
-    every few blocks (one report per `kernel.UPDATES_PER_REPORT`, at most 100 a chunk),
-    once per device holding a shard: a progress report, not a per-step callback.
+    The program holds no host callback: progress is the host's, between calls.
     `form`: the program's performance choices (`tuning.KernelForm`; default
     `tuning.choose_form`'s for a sweep of `spec`); the same results under each.
     """
-    kern = make_kernel(spec, group, chunk, on_block, form=form, devices=devices)
+    kern = make_kernel(spec, group, chunk, form=form, devices=devices)
     whole = _whole_run(spec, kern)
 
     def sweep_program(seed, grid):  # the name XLA's module gets (tests count compiles by it)

@@ -52,19 +52,16 @@ from bec_jax.mdp import fingerprint
 from bec_jax.prediction import plan as planning
 from bec_jax.prediction import programs, results
 from bec_jax.prediction import sizes as prediction_sizes
-from bec_jax.prediction.progress import BlockProgress
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.theory import metrics
 
 KIND = "prediction"
 SEGMENTS = True         # a chunk may run in time segments and seed chunks
-BLOCK_PROGRESS = True   # programs report log blocks to a progress bar
 SERIAL_FUSIONS = False  # its CPU programs keep XLA's parallel task assigner
 _FRONT = sys.modules[__name__]  # this module: the front the engine is handed
 
 # The engine's hooks (`engine.protocol.Engine`) that live in the prediction package.
-Progress = BlockProgress
 plan_chunk = planning.plan_chunk
 plan = planning.plan
 num_chunks = planning.num_chunks
@@ -215,15 +212,17 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
         size (`engine.buckets.bucket`), never past it. Results do not depend on it.
       devices: devices to shard the grid axis over (default: all of `jax.devices()`).
       memory_budget: bytes of device memory one compiled call may use (default:
-        `memory.DEFAULT_BUDGET` or what the device has free, the less). A sweep
-        whose grid point does not fit with all its seeds runs in seed chunks;
-        one longer than `memory.SEGMENT_UPDATES` updates per call runs in time
-        segments (`memory.plan`). Results do not depend on either, bit for bit.
-      progress: True: a progress bar advanced every few log blocks (a host
-        callback, never per step), shown once the run has taken 2 s;
-        False: none; None (default): the bar when stderr is a terminal (and one
-        JAX process), else a line per chunk once a multi-chunk run has taken
-        more than 2 s. Results do not depend on it.
+        `memory.default_budget`: three quarters of what a GPU has free; on a CPU
+        `memory.DEFAULT_BUDGET` or half the host's free memory, the less). A
+        sweep whose grid point does not fit with all its seeds runs in seed
+        chunks; one longer than `memory.segment_updates` updates per call runs
+        in time segments (`memory.plan`). Results do not depend on either, bit
+        for bit.
+      progress: True: a line per chunk (or time segment) and, while a call
+        runs, a line that ticks once a second; False: none; None (default):
+        the lines once a run has taken 2 s, the ticking one only where stderr
+        is a terminal. They are the host's: the program is the same either
+        way, and results do not depend on it.
       compiler_options: XLA options for the compile (default
         `engine.tuning.choose_form`'s: on the CPU a lighter compile for sweeps
         under 10^9 updates; none elsewhere). Results do not depend on them.
@@ -325,13 +324,8 @@ def joint_grid(spec: SweepSpec, group: Group, chunk: Chunk, n_devices: int) -> d
     return chunk_grid(spec, group, chunk)
 
 
-def joint_progress(specs: list, n_devices: int) -> None:
-    """None: a joint prediction program reports no progress."""
-    return None
-
-
-def joint_program(specs: list, groups: list, sizes: list, devices, form, on_block=None):
-    """The joint program of the sweeps (`programs.make_joint_program`); `on_block` is unused."""
+def joint_program(specs: list, groups: list, sizes: list, devices, form):
+    """The joint program of the sweeps (`programs.make_joint_program`)."""
     return programs.make_joint_program(list(zip(specs, groups, sizes)), devices, form)
 
 

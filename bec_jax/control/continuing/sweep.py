@@ -33,12 +33,11 @@ KIND = "continuing"     # its specs' `KIND` (`ContinuingSpec.KIND`), part of the
 STEP_COST = 100         # a continuing step's cost in prediction updates (`updates`), as a control step's
 SERIAL_FUSIONS = True   # its programs are many small dependent steps (`tuning.CPU_SERIAL_OPTIONS`)
 SEGMENTS = False        # a chunk runs every seed of its points in one call
-BLOCK_PROGRESS = False  # no progress callbacks inside the program: a line per chunk
 STATE_COPIES = 4        # live copies of the learner state in a step (the scans' carries, the update's)
 LOOP_BYTES = 256        # a run's loop state (task state, features, keys, the block's sums)
 _FRONT = sys.modules[__name__]  # this module: the front the engine is handed
 
-__all__ = ["BLOCK_PROGRESS", "KIND", "SEGMENTS", "SERIAL_FUSIONS", "assemble", "chunk_grid", "fingerprints",
+__all__ = ["KIND", "SEGMENTS", "SERIAL_FUSIONS", "assemble", "chunk_grid", "fingerprints",
            "make_program", "num_chunks", "plan", "plan_chunk", "plan_memory", "program_sources", "run",
            "run_chunks", "run_many", "shared_programs", "sizes", "updates"]
 
@@ -124,12 +123,10 @@ def chunk_grid(spec: ContinuingSpec, group, chunk) -> dict:
     return {n: v for n, v in cols.items() if n not in spec.task_axes}
 
 
-def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None, on_block=None,
-                 form=None) -> Program:
+def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None, form=None) -> Program:
     """The program (`engine.programs.Program`) for chunks of `chunk` grid
-    points (`continuing.program.make_program`). `on_block` and `form` are the
-    interface's and unused (no block progress; the compiler options `form`
-    names are given when compiling). With task axes the program is that of
+    points (`continuing.program.make_program`). `form` is the interface's and
+    unused (the compiler options it names are given when compiling). With task axes the program is that of
     the group's task (`ContinuingSpec.for_task` at `group.static`)."""
     return program.make_program(spec.for_task(dict(group.static)) if group is not None else spec, group, chunk,
                                 devices)
@@ -187,9 +184,6 @@ def run(spec: ContinuingSpec, *, chunk_size: int | None = None, devices=None, me
 # `engine.joint` never calls the hooks that build a shared program; they are
 # here for the interface, and say so if called.
 
-Progress = None  # no block progress bar (`BLOCK_PROGRESS` is False): `run_chunks` never builds one
-
-
 def joint_key(spec: ContinuingSpec, devices) -> None:
     """None: a continuing sweep runs alone (no joint program yet)."""
     return None
@@ -199,7 +193,7 @@ def _alone(*args, **kwargs):
     raise NotImplementedError("continuing sweeps run alone (joint_key is None): no joint program")
 
 
-fits_together = joint_chunks = joint_grid = joint_progress = joint_program = split_joint = joint_meta = _alone
+fits_together = joint_chunks = joint_grid = joint_program = split_joint = joint_meta = _alone
 
 
 def shared_programs(specs: list, devices=None) -> list[list[int]]:
