@@ -123,13 +123,19 @@ def init_mlp(key: jax.Array, sizes: tuple, last_scale: float = 1.0) -> list:
     return layers
 
 
+def _matmul(h: jax.Array, W: jax.Array) -> jax.Array:
+    """h @ W at HIGHEST precision: a GPU's default f32 matmul is TF32 (about 1e-3
+    relative error); the CPU computes f32 dots in f32 either way (the same bits)."""
+    return jnp.matmul(h, W, precision=jax.lax.Precision.HIGHEST)
+
+
 def mlp(params: list, x: jax.Array) -> jax.Array:
     """A tanh MLP with a linear output, for one observation."""
     h = x
     for W, b in params[:-1]:
-        h = jnp.tanh(h @ W + b)
+        h = jnp.tanh(_matmul(h, W) + b)
     W, b = params[-1]
-    return h @ W + b
+    return _matmul(h, W) + b
 
 
 def mlp_value(params: list, x: jax.Array) -> jax.Array:

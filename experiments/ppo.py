@@ -173,14 +173,20 @@ def init_mlp(key: jax.Array, sizes: tuple, last_scale: float) -> list:
     return layers
 
 
+def _matmul(h: jax.Array, W: jax.Array) -> jax.Array:
+    """h @ W at HIGHEST precision: a GPU's default f32 matmul is TF32 (about 1e-3
+    relative error); the CPU computes f32 dots in f32 either way (the same bits)."""
+    return jnp.matmul(h, W, precision=jax.lax.Precision.HIGHEST)
+
+
 def mlp(params: list, x: jax.Array) -> jax.Array:
     """A tanh MLP with a linear output; x (..., d)."""
     lead = (1,) * (x.ndim - 1)  # explicit broadcast of the biases (no rank promotion)
     h = x
     for W, b in params[:-1]:
-        h = jnp.tanh(h @ W + b.reshape(lead + b.shape))
+        h = jnp.tanh(_matmul(h, W) + b.reshape(lead + b.shape))
     W, b = params[-1]
-    return h @ W + b.reshape(lead + b.shape)
+    return _matmul(h, W) + b.reshape(lead + b.shape)
 
 
 def init_params(key: jax.Array, obs_dim: int, num_actions: int, hidden: tuple) -> Params:

@@ -128,7 +128,9 @@ def _scalar(x, dtype) -> jax.Array:
 
 def tree_vdot(a: Params, b: Params) -> jax.Array:
     """sum over leaves of <a_leaf, b_leaf> (the inner product of two parameter pytrees)."""
-    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    # HIGHEST: not a GPU's default TF32 (algorithms.base._dot); the same bits on the CPU.
+    hi = jax.lax.Precision.HIGHEST
+    return sum(jnp.vdot(x, y, precision=hi) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
 def to_grads(direction: Params) -> Params:

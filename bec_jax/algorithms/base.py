@@ -83,7 +83,9 @@ def shared(f: Callable[[], jax.Array]) -> jax.Array:
 def _dot(a: jax.Array, b: jax.Array) -> jax.Array:
     k = a.shape[-1]
     if k > UNROLL_DOT_MAX:
-        return jnp.dot(a, b)
+        # HIGHEST: a GPU's default f32 matmul is TF32 (about 1e-3 relative error); the
+        # CPU computes f32 dots in f32 either way, so its results keep their bits.
+        return jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST)
     total = a[0] * b[0]
     for i in range(1, k):
         total = total + a[i] * b[i]

@@ -177,7 +177,9 @@ def fourier(low, high, num_actions: int, *, order=3) -> FeatureMap:
     k = _basis_size("order", n, dims)
     coeffs = np.asarray(list(itertools.product(range(n), repeat=dims)), np.float32).reshape(k, dims)
     c = jnp.asarray(coeffs * np.float32(np.pi))
-    fn = per_action(lambda x: jnp.cos(c @ _scaled(x, low, high)), k, num_actions)
+    # HIGHEST: not a GPU's default TF32 (algorithms.base._dot); the same bits on the CPU.
+    fn = per_action(lambda x: jnp.cos(jnp.matmul(c, _scaled(x, low, high), precision=jax.lax.Precision.HIGHEST)),
+                    k, num_actions)
     return FeatureMap(num_features=int(num_actions) * k, fn=fn, params={"order": n - 1})
 
 

@@ -57,7 +57,8 @@ def q_values(w: jax.Array, features: jax.Array) -> jax.Array:
     row (.,) gives Q(s, a) ()."""
     if is_sparse(features):
         return w[features].sum(axis=-1)
-    return features.astype(w.dtype) @ w
+    # HIGHEST: not a GPU's default TF32 (algorithms.base._dot); the same bits on the CPU.
+    return jnp.matmul(features.astype(w.dtype), w, precision=jax.lax.Precision.HIGHEST)
 
 
 def add(w: jax.Array, features: jax.Array, amount: jax.Array) -> jax.Array:
