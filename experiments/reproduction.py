@@ -54,13 +54,22 @@ def figure_workers(preload: str) -> ProcessPoolExecutor:
     that has imported `preload` (the module whose functions they run) once
     (`forkserver`), so no worker pays for the imports again; `spawn` where there
     is no forkserver (Windows). Never a plain fork of this process: forking a
-    process that has started JAX is unsafe."""
+    process that has started JAX is unsafe. They only draw and analyse: JAX
+    runs on the CPU there (`cpu_only`), never opening a GPU the sweeps use."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload([preload, "matplotlib.figure"])
     else:
         ctx = multiprocessing.get_context("spawn")
-    return ProcessPoolExecutor(max_workers=2, mp_context=ctx)
+    return ProcessPoolExecutor(max_workers=2, mp_context=ctx, initializer=cpu_only)
+
+
+def cpu_only() -> None:
+    """Makes this process's JAX use the CPU alone (a worker that draws or
+    analyses): a GPU opened here would take its own share of the device's memory
+    (75% by default) beside the process that runs the sweeps."""
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    jax.config.update("jax_platforms", "cpu")  # imported by the preload, its backends not yet started
 
 
 def cost_seconds(costs) -> tuple[float, float]:

@@ -18,18 +18,26 @@ counts, per call:
   host    G_all N (2 M b + 4)        every seed's finals, areas and divergence step
         + (N / seeds) * carry        seed chunks' carried states between calls
         + logs held in memory        (G_all (3 M + 1) L 4 bytes unless streamed to disk)
-  disk    the same log arrays and per-seed arrays (twice the logs while a streamed
-          run assembles them)
+  disk    an upper bound of the run directory at its fullest (`disk_bytes`), when the
+          chunk store (chunks/: every chunk's logs and per-seed arrays) and the result
+          files exist at once, before chunks/ is removed: the logs three times (the
+          chunks', and the result's, whose .npz also holds the first metric's curves
+          under the plain names), twice when streamed; the per-seed arrays twice; the
+          grid columns, steps, .npz member overhead, JSON/CSV sidecars and each file's
+          last block
 
 with b the dtype's bytes and M the metrics. C is calibrated against XLA's own
 buffer assignment (`Compiled.memory_analysis`) by the tests: the estimate is never
 below what XLA allocates for the shapes tested, and at most 3 times it.
 
-The budget for one call: `memory_budget` if given, else the smaller of
-`DEFAULT_BUDGET` and what the device has free (`Device.memory_stats` where the
-backend reports it, e.g. a GPU; on a CPU half the host's available memory). On a
-CPU, with no budget given, a call also keeps its carried state within
-`CPU_CACHE_BYTES` per device: a state that stays in cache updates faster.
+The budget for one call: `memory_budget` if given; else on a device that
+reports its memory (`Device.memory_stats`: a GPU) `DEVICE_FRACTION` of what it
+has free, and on a CPU the smaller of `DEFAULT_BUDGET` and half the host's
+available memory. On a CPU, with no budget given, a call also keeps its carried
+state within `CPU_CACHE_BYTES` per device: a state that stays in cache updates
+faster. A segment's update bound scales with the device the same way
+(`segment_updates`); its length is then set by its measured time
+(`engine.execute`).
 
 Under an address-space limit (`ulimit -v`, usual on HPC nodes) the plan also
 counts address space: what the process has mapped already (JAX reserves over a
@@ -52,8 +60,10 @@ from bec_jax import files
 from bec_jax.engine.buckets import bucket
 from bec_jax.files import human
 
-DEFAULT_BUDGET = 2 << 30        # bytes one compiled call may use by default
-SEGMENT_UPDATES = 1_000_000_000  # updates per segment: a few seconds on a CPU, less on a GPU
+DEFAULT_BUDGET = 2 << 30        # bytes one compiled call may use by default on a CPU
+DEVICE_FRACTION = 0.75          # of a device's free memory (`memory_stats`) one call may use by default
+SEGMENT_UPDATES = 1_000_000_000  # updates per segment on a CPU: a few seconds
+DEVICE_SEGMENT_SCALE = 20       # an accelerator's segments: this many times longer (they take ~0.1 s at CPU length)
 BLOCK_OVERHEAD = 5000           # a log block's fixed cost, in updates (the time bound of a segment)
 SEGMENT_REPORT_FRACTION = 4     # a segment's reports use at most budget / 4
 CPU_CACHE_BYTES = 1_500_000     # carried state per device of one call on a CPU (cache-sized)
@@ -61,6 +71,13 @@ MAX_CALLS = 100_000             # more seed chunks than this: refused (the budge
 LAZY_LOG_BYTES = files.LAZY_LOG_BYTES  # log arrays above this stream to disk (the plan's copy of the format's rule)
 ADDRESS_MARGIN = 512 << 20      # address space a run takes beyond the plan (compiler, threads): 250-300 MB measured
 MIN_BUDGET = 64 << 20           # the least default budget (below it the plan's own refusals speak)
+# The disk bound's fixed terms (`disk_bytes`), measured on runs of 1 to 3 metrics and 6 to 8 grid points with
+# room to spare: a file's last block, an .npz member's npy header and zip records (local, central, zip64),
+# meta.json + manifest.json + the summary's fixed part, and the summary's JSON + CSV per grid point and metric.
+FILE_BLOCK = 4096
+NPZ_MEMBER_BYTES = 384
+SIDECAR_BYTES = 8 << 10
+SIDECAR_POINT_BYTES = 1024
 
 
 class TooLarge(ValueError):
@@ -112,17 +129,31 @@ def host_available() -> int:
         return 8 << 30
 
 
-def device_available(device) -> int:
-    """Bytes free on `device`: its allocator's limit less what is in use where the
-    backend reports it (GPUs do), else half the host's available memory (a CPU
-    device's memory is the host's, shared with the outputs)."""
+def device_free(device) -> int | None:
+    """Bytes free on `device` by its own allocator's statistics (its limit less
+    what is in use), where the backend reports them (GPUs do); None elsewhere
+    (a CPU)."""
     try:
         stats = device.memory_stats()
     except Exception:  # backends without allocator statistics raise or return None
         stats = None
     if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    return host_available() // 2
+        return max(0, int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)))
+    return None
+
+
+def device_available(device) -> int:
+    """Bytes free on `device` (`device_free`), else half the host's available
+    memory (a CPU device's memory is the host's, shared with the outputs)."""
+    free = device_free(device)
+    return free if free is not None else host_available() // 2
+
+
+def segment_updates(device) -> int:
+    """Updates a segment may hold on `device`: `SEGMENT_UPDATES` on a CPU,
+    `DEVICE_SEGMENT_SCALE` times that on a device that reports its memory (an
+    accelerator), where the CPU's length would be mostly the calls' overhead."""
+    return SEGMENT_UPDATES * (DEVICE_SEGMENT_SCALE if device is not None and device_free(device) is not None else 1)
 
 
 def address_space_limit() -> int | None:
@@ -227,6 +258,28 @@ def per_seed_bytes(spec, sz: Sizes) -> int:
     return spec.num_points * spec.seeds * sz.finals
 
 
+def disk_bytes(spec, sz: Sizes, grid: int, lazy: bool, segmented: bool = False) -> int:
+    """An upper bound of the bytes the run directory holds at its fullest (see
+    the module docstring): the chunk store of `grid`-point chunks beside the
+    finished result files. Tested against measured runs: at least the peak and
+    at most about 3 times it."""
+    G, L, M = spec.num_points, sz.log_points, sz.metrics
+    logs, seeds = log_bytes(spec, sz), per_seed_bytes(spec, sz)
+    grid_columns = getattr(spec, "grid_arrays", dict)()
+    columns = sum(a.nbytes for a in grid_columns.values())
+    members = 8 + 5 * M + len(grid_columns)
+    chunks = -(-G // max(int(grid), 1))
+    store = logs + seeds + chunks * (members * NPZ_MEMBER_BYTES + FILE_BLOCK)  # a chunk's .npz has no steps
+    # Before the results are written, a segmented chunk in progress adds its logs so far and the checkpoint
+    # of its carried state (gone once the chunk is saved): whichever of the two moments is fuller.
+    during = logs * min(int(grid), G) // max(G, 1) + int(grid) * spec.seeds * sz.carry if segmented else 0
+    files_out = members if lazy else 1  # a streamed run's logs are one .npy each
+    result = (logs if lazy else 2 * logs) + seeds + 8 * L + columns + members * NPZ_MEMBER_BYTES
+    sidecars = SIDECAR_BYTES + G * SIDECAR_POINT_BYTES * max(M, 1)
+    # The last blocks of the result files, the three sidecars, the manifest, a checkpoint and the directories.
+    return store + max(result + sidecars, during) + (files_out + 8) * FILE_BLOCK
+
+
 # ------------------------------------------------------------------ the plan
 
 class Plan(NamedTuple):
@@ -285,8 +338,13 @@ def _cache_bytes(device, n_devices: int, memory_budget: int | None) -> int | Non
 
 
 def default_budget(device) -> int:
-    """The default device budget of one call: DEFAULT_BUDGET or what is free, the
-    less; on a CPU under an address-space limit, at most half of what it leaves."""
+    """The default device budget of one call: `DEVICE_FRACTION` of what a device
+    that reports its memory has free (a GPU's, whatever its size); on a CPU
+    `DEFAULT_BUDGET` or half the host's available memory, the less, and under an
+    address-space limit at most half of what it leaves."""
+    free = device_free(device)
+    if free is not None:
+        return max(int(free * DEVICE_FRACTION), MIN_BUDGET)
     budget = min(DEFAULT_BUDGET, device_available(device))
     free = address_space_free() if device.platform == "cpu" else None
     if free is not None:  # a CPU device's buffers are this process's address space
@@ -322,14 +380,15 @@ def _seeds_per_call(sz: Sizes, N: int, G_all: int, budget: int, n_devices: int, 
 
 
 def _blocks_per_segment(sz: Sizes, L: int, grid: int, seeds: int, per_seed: bool, budget: int,
-                        segment_blocks: int | None) -> int:
-    """Log blocks per segment (see `plan`): bounded in updates (a stop lands
-    within seconds) and in report bytes; `segment_blocks` forces it."""
+                        segment_blocks: int | None, device=None) -> int:
+    """Log blocks per segment (see `plan`): bounded in updates
+    (`segment_updates`: seconds of work, which the run then sets by measured time)
+    and in report bytes; `segment_blocks` forces it."""
     if segment_blocks is not None:
         blocks = max(1, int(segment_blocks))
     else:
         cost_per_block = grid * seeds * sz.block_steps + BLOCK_OVERHEAD
-        by_time = max(1, SEGMENT_UPDATES // cost_per_block)
+        by_time = max(1, segment_updates(device) // cost_per_block)
         report = grid * seeds * sz.report_seed if per_seed else grid * sz.report_stats
         by_bytes = max(1, (budget // SEGMENT_REPORT_FRACTION) // max(report, 1))
         blocks = min(by_time, by_bytes)
@@ -345,7 +404,7 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
          out: str | None = None, host_budget: int | None = None, sz: Sizes) -> Plan:
     """The plan of `spec` on `n_devices` devices: the largest grid chunk that fits
     the budget with every seed; if one grid point's seeds do not fit, seed chunks;
-    segments of at most SEGMENT_UPDATES updates whose reports fit a quarter of the
+    segments of at most `segment_updates(device)` updates whose reports fit a quarter of the
     budget. `chunk_size`, `seed_chunk` and `segment_blocks` force a layout
     (results do not depend on it). `TooLarge` (a ValueError, one line naming the
     field) when even one seed of one point does not fit the budget, when the host
@@ -374,13 +433,13 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
                 grid = min(grid, bucket(-(-G_all // -(-G_all // fit))))
     if not per_seed:  # the grid is split over the devices (a seed chunk splits its seeds)
         grid = -(-grid // n_devices) * n_devices
-    blocks = _blocks_per_segment(sz, L, grid, seeds, per_seed, budget, segment_blocks)
+    blocks = _blocks_per_segment(sz, L, grid, seeds, per_seed, budget, segment_blocks, device)
     device_bytes = call_bytes(sz, grid, seeds, blocks, per_seed)  # all devices of the call together
     lazy = log_bytes(spec, sz) > LAZY_LOG_BYTES and out is not None
     host = per_seed_bytes(spec, sz) + (0 if lazy else log_bytes(spec, sz))
     if per_seed:
         host += grid * N * sz.carry + blocks * grid * N * sz.report_seed
-    disk = per_seed_bytes(spec, sz) + log_bytes(spec, sz) * (2 if lazy else 1)
+    disk = disk_bytes(spec, sz, grid, lazy, seeds < N or blocks < L)
     host_budget = host_budget if host_budget is not None else int(host_available() * 0.8)
     if host > host_budget:
         logs = 0 if lazy else log_bytes(spec, sz)
