@@ -3,12 +3,16 @@ batch size (grid points x seeds) and against the number of steps.
 
     python -m benchmarks.scaling             # the full measurement (a few minutes)
     python -m benchmarks.scaling --smoke     # tiny sizes, seconds: checks the script works
+    python -m benchmarks.scaling --runs 1e7  # the batch axis up to 10^7 runs: fills a GPU
 
 Workloads (Boyan chain CTDC, float32, RMSCBE every 10 steps):
   * batch: grid points x seeds = 1 x 1, 1 x 10, then 2, 20, 200, 2000 and 20000
     points x 50 seeds (batch 1 to 10^6), 1000 steps each (the 10^6 point is 10^9
     updates a call, about 3 s);
   * steps: the standard grid (576 points x 50 seeds) for 10, 100, 1000 and 10000 steps.
+`--runs N` sets the batch axis's end (up to 10^9): the batch sizes above up to N,
+then one a decade, and N itself (grid points x 50 seeds, 1000 steps); the engine's
+memory plan splits a grid too large for one call into calls.
 Grids other than the standard one have alpha log-spaced over [1e-4, 0.3], beta =
 0.1, zeta = 0.01. Each configuration runs in a fresh subprocess (so memory peaks do
 not accumulate) that calls `bec_jax.prediction.sweep.run` `--repeats` times (default 3). Each
@@ -34,6 +38,7 @@ if __package__ in (None, ""):  # run as a file: python benchmarks/scaling.py
 
 from benchmarks import _common
 from benchmarks._common import fmt_bytes, fmt_rate
+from benchmarks.throughput import parse_runs
 
 COMMAND = "python -m benchmarks.scaling"
 
@@ -46,6 +51,25 @@ FULL_STEPS = 1000
 
 SMOKE_BATCH_CONFIGS = [(1, 1, 20), (4, 5, 10)]
 SMOKE_STEPS_CONFIGS = [10, 30]
+
+
+def batch_configs(runs: int | None = None, smoke: bool = False) -> list:
+    """The batch axis's (grid points, seeds, steps): the default configurations,
+    or with `runs` those below it, one a decade above them and `runs` itself,
+    each with the last default's seeds and steps (points rounded up)."""
+    base = SMOKE_BATCH_CONFIGS if smoke else BATCH_CONFIGS
+    if runs is None:
+        return list(base)
+    seeds, steps = base[-1][1], base[-1][2]
+    cfgs = [c for c in base if c[0] * c[1] < runs]
+    size = 10 * max([c[0] * c[1] for c in cfgs] or [1])
+    sizes = []
+    while size < runs:
+        sizes.append(size)
+        size *= 10
+    for n in sizes + [runs]:
+        cfgs.append((-(-n // seeds), min(seeds, n), steps))
+    return cfgs
 
 
 def _measure(spec, label: str, repeats: int, n_dev: int, capped: bool = False) -> dict:
@@ -168,8 +192,16 @@ def main(argv=None) -> int:
                     help="JAX CPU devices (default: BEC_JAX_CPU_DEVICES or every core)")
     ap.add_argument("--out-dir", default=_common.RESULTS_DIR, help="where scaling.json and scaling.png go")
     ap.add_argument("--no-docs", action="store_true", help="do not copy the plot to docs/scaling.png")
+    ap.add_argument("--runs", default=None, metavar="N",
+                    help="the batch axis's largest size in runs (grid points x seeds), up to 1e9 (default: 10^6; "
+                         "1e7 fills a GPU); the plot is not copied to docs/")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
+    try:
+        runs = None if args.runs is None else parse_runs(args.runs)
+    except ValueError as e:
+        print(f"{COMMAND}: error: {e}", file=sys.stderr)
+        return 2
 
     n_dev = _common.use_all_cpu_cores(args.cpu_devices)  # before any JAX computation
     from benchmarks import baseline_numpy as baseline
@@ -187,7 +219,7 @@ def main(argv=None) -> int:
     b = baseline.run_grid(pts, range(2 if args.smoke else 3), 100 if args.smoke else std.steps, std.log_every)
     print(f"NumPy loop: {fmt_rate(b['updates_per_s'])} updates/s")
 
-    batch_cfgs = SMOKE_BATCH_CONFIGS if args.smoke else BATCH_CONFIGS
+    batch_cfgs = batch_configs(runs, args.smoke)
     steps_cfgs = SMOKE_STEPS_CONFIGS if args.smoke else STEPS_CONFIGS
     cap_steps = max(s for _, _, s in batch_cfgs)
 
@@ -200,7 +232,8 @@ def main(argv=None) -> int:
         batch.append(c)
         print(f"  {G:>6,} points x {N:>2} seeds = {G * N:>9,} x {T:>5} steps{' (capped)' if capped else '':9}: "
               f"{fmt_rate(c['updates_per_s']):>7} updates/s, peak {fmt_bytes(c['peak_rss_bytes']):>9}, "
-              f"compile {c['compile_first_s']:.2f} s  [{time.perf_counter() - t:.0f} s]", flush=True)
+              f"compile {c['compile_first_s']:.2f} s; plan {c['chunk_size']} points a call x {c['num_chunks']} "
+              f"[{time.perf_counter() - t:.0f} s]", flush=True)
 
     print("\nsteps (standard grid):")
     steps = []
@@ -249,7 +282,7 @@ def main(argv=None) -> int:
     plot(batch, steps, b["updates_per_s"], title, png)
     print(f"wrote {os.path.relpath(png)}")
     docs_copy = None
-    if not args.smoke and not args.no_docs:
+    if not args.smoke and not args.no_docs and runs is None:
         os.makedirs(_common.DOCS_DIR, exist_ok=True)
         docs_copy = os.path.join(_common.DOCS_DIR, "scaling.png")
         shutil.copyfile(png, docs_copy)
@@ -257,9 +290,9 @@ def main(argv=None) -> int:
 
     out = {
         "benchmark": "scaling", "smoke": args.smoke, "timestamp": _common.timestamp(),
-        "command": COMMAND + (" --smoke" if args.smoke else ""),
+        "command": COMMAND + (" --smoke" if args.smoke else "") + (f" --runs {runs}" if runs else ""),
         "machine": machine, "jax": jinfo, "load_average_at_end": _common.load_average(),
-        "repeats": repeats, "baseline_numpy_updates_per_s": b["updates_per_s"],
+        "runs": runs, "repeats": repeats, "baseline_numpy_updates_per_s": b["updates_per_s"],
         "batch": batch, "steps": steps, "memory_per_grid_point_bytes": per_point,
         "memory_per_grid_point_from": [small["label"], big["label"]] if per_point is not None else None,
         "notes": notes, "plot": png, "plot_docs_copy": docs_copy,

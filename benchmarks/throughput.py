@@ -2,10 +2,15 @@
 
     python -m benchmarks.throughput            # the full measurement (about a minute)
     python -m benchmarks.throughput --smoke    # tiny sizes, seconds: checks the script works
+    python -m benchmarks.throughput --runs 1e7 # the standard grid with 17,362 seeds: fills a GPU
 
 The standard workload is the paper's Boyan chain CTDC grid: alpha (9 values) x
 beta (8) x zeta (8) = 576 points, 50 seeds, 1000 steps, RMSCBE every 10 steps,
 float32 (= experiments.paper.spec_for("boyan_chain", "ctdc"), RMSCBE only).
+`--runs N` keeps its grid and steps and takes enough seeds for N runs (grid points
+x seeds, rounded up to whole seeds; up to 10^9): the size that fills a GPU. The
+engine's memory plan splits a sweep too large for one call into calls of fewer
+grid points, then of fewer seeds and log blocks; the plan is printed.
 
 What it measures, in this order:
   1. that the NumPy baseline implements bec_jax's CTDC update (an assert on the same
@@ -45,6 +50,35 @@ from benchmarks import _common
 from benchmarks._common import fmt_bytes, fmt_rate, verdict
 
 COMMAND = "python -m benchmarks.throughput"
+MAX_RUNS = 10**9
+
+
+def parse_runs(text: str) -> int:
+    """A `--runs` value: a whole number of runs (grid points x seeds) from 1 to
+    MAX_RUNS, written 10000000, 10_000_000 or 1e7. ValueError naming the option
+    otherwise."""
+    try:
+        x = float(str(text).replace("_", ""))
+    except ValueError:
+        x = float("nan")
+    if not 1 <= x <= MAX_RUNS or x != int(x):
+        raise ValueError(f"--runs must be a whole number of runs (grid points x seeds) from 1 to {MAX_RUNS:.0e}, "
+                         f"such as 1e7; got {text!r}")
+    return int(x)
+
+
+def sized_spec(runs: int | None = None, smoke: bool = False):
+    """The standard workload (a corner of it with `smoke`); with `runs`, its grid
+    and steps with the fewest seeds that make at least `runs` runs."""
+    spec = _common.standard_spec(smoke=smoke)
+    return spec if runs is None else spec.replace(seeds=-(-runs // spec.num_points))
+
+
+def plan_line(meta: dict) -> str:
+    """How the engine's memory plan laid a sweep out (its result's meta)."""
+    return (f"plan: {meta.get('chunk_size')} grid points a call x {meta.get('num_chunks')} call(s), "
+            f"{meta.get('seeds_per_call')} seeds a call, {meta.get('blocks_per_segment')} log blocks a segment, "
+            f"on {meta.get('num_devices')} device(s)")
 
 
 def main(argv=None) -> int:
@@ -59,8 +93,16 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu-devices", type=int, default=None,
                     help="JAX CPU devices (default: BEC_JAX_CPU_DEVICES or every core)")
     ap.add_argument("--out-dir", default=_common.RESULTS_DIR, help="where throughput.json goes")
+    ap.add_argument("--runs", default=None, metavar="N",
+                    help="runs (grid points x seeds) of the measured sweep, up to 1e9: the standard grid with enough "
+                         "seeds (default: 50 seeds, 28,800 runs; 1e7 fills a GPU)")
     args = ap.parse_args(argv)
     t_start = time.perf_counter()
+    try:
+        n_runs = None if args.runs is None else parse_runs(args.runs)
+    except ValueError as e:
+        print(f"{COMMAND}: error: {e}", file=sys.stderr)
+        return 2
 
     # Before any JAX computation: one device per core, and no persistent cache (so
     # every compile in this process is a real one).
@@ -75,11 +117,12 @@ def main(argv=None) -> int:
 
     repeats = args.repeats or (2 if args.smoke else 5)
     fresh_n = args.fresh_processes or (1 if args.smoke else 3)
-    spec = _common.standard_spec(smoke=args.smoke)
+    spec = sized_spec(n_runs, args.smoke)
     machine, jinfo = _common.machine_info(), _common.jax_info()
     print(f"machine: {_common.describe_machine(machine, jinfo)}")
     print(f"workload: {spec.env} {spec.algorithm}, {spec.num_points} grid points x {spec.seeds} seeds x "
           f"{spec.steps} steps (RMSCBE every {spec.log_every}), {spec.dtype}"
+          + (f" = {spec.num_points * spec.seeds:,} runs (--runs {n_runs:,})" if n_runs else "")
           + ("  [SMOKE: tiny sizes, numbers mean nothing]" if args.smoke else ""))
 
     # 1. The baseline implements the same update (raises AssertionError otherwise).
@@ -94,6 +137,7 @@ def main(argv=None) -> int:
 
     # 2. Warm-up.
     warm = sweep.run(spec, progress=False)
+    print(plan_line(warm.meta))
     # 3. Interleaved rounds.
     # bec_jax twice a round: with its default compile (for a sweep this size, the
     # light one: tuning.choose_form) and with XLA:CPU's fusion emitters
@@ -181,7 +225,8 @@ def main(argv=None) -> int:
          ["peak memory (RSS)", "", fmt_bytes(peak),
           f"fresh process, whole sweep (max of {fresh_n}); {fmt_bytes(floor)} before the sweep (Python + JAX)"]])
     print()
-    print(f"targets (standard workload, steady state{'; SMOKE sizes, not meaningful' if args.smoke else ''}):")
+    print(f"targets (standard workload{f' grid, {n_runs:,} runs' if n_runs else ''}, steady state"
+          f"{'; SMOKE sizes, not meaningful' if args.smoke else ''}):")
     _common.print_table(
         ["target", "required", "measured", "", "measured as"],
         [["updates/s", f">= {fmt_rate(_common.TARGET_UPDATES_PER_S)}", fmt_rate(best_ups),
@@ -197,9 +242,10 @@ def main(argv=None) -> int:
 
     out = {
         "benchmark": "throughput", "smoke": args.smoke, "timestamp": _common.timestamp(),
-        "command": COMMAND + (" --smoke" if args.smoke else ""),
+        "command": COMMAND + (" --smoke" if args.smoke else "") + (f" --runs {n_runs}" if n_runs else ""),
         "machine": machine, "jax": jinfo, "load_average_at_end": _common.load_average(),
-        "workload": {"spec": spec.to_dict(), "points": spec.num_points, "seeds": spec.seeds,
+        "workload": {"spec": spec.to_dict(), "runs_requested": n_runs, "runs": spec.num_points * spec.seeds,
+                     "points": spec.num_points, "seeds": spec.seeds,
                      "steps": spec.steps, "log_every": spec.log_every, "dtype": spec.dtype,
                      "updates": spec.num_points * spec.seeds * spec.steps},
         "baseline": {"implementation": "benchmarks/baseline_numpy.py: Python loop, NumPy float64, "
@@ -213,7 +259,8 @@ def main(argv=None) -> int:
                     "warmup": {"compile_time_s": warm.meta["compile_time_s"],
                                "run_time_s": warm.meta["run_time_s"]},
                     "num_devices": warm.meta.get("num_devices"), "chunk_size": warm.meta.get("chunk_size"),
-                    "num_chunks": warm.meta.get("num_chunks")},
+                    "num_chunks": warm.meta.get("num_chunks"), "seeds_per_call": warm.meta.get("seeds_per_call"),
+                    "blocks_per_segment": warm.meta.get("blocks_per_segment")},
         "ratio": ratio, "ratio_per_round": ratios,
         "compile": {"fresh_process_s": compile_fresh,
                     "fresh_process_each_s": [f["compile_time_s"][0] for f in fresh_runs],

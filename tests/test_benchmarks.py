@@ -84,10 +84,12 @@ def test_baseline_script_smoke(tmp_path):
 
 
 def test_throughput_script_smoke(tmp_path):
-    out = _run(["-m", "benchmarks.throughput"], tmp_path)
+    # --runs 32: the smoke grid's 8 points x 4 seeds, as without it (through the sizing code).
+    out = _run(["-m", "benchmarks.throughput", "--runs", "32"], tmp_path)
     assert "met" in out  # the targets are printed with met / NOT MET
+    assert "plan: 8 grid points a call x 1 call(s), 4 seeds a call" in out
     d = json.loads((tmp_path / "throughput_smoke.json").read_text())
-    assert d["smoke"] is True
+    assert d["smoke"] is True and d["workload"]["runs"] == 32 and d["command"].endswith("--smoke --runs 32")
     _machine_ok(d)
     assert d["jax"]["jax_version"] and d["jax"]["backend"]
     _positive(d, "jax.num_devices", "workload.updates", "baseline.updates_per_s", "bec_jax.updates_per_s",
@@ -101,6 +103,32 @@ def test_throughput_script_smoke(tmp_path):
         assert isinstance(t["met"], bool) and t["value"] > 0 and t["target"] > 0
     assert len(d["baseline"]["rounds"]) == len(d["bec_jax"]["rounds"]) >= 1
     assert all(np.isfinite(d["plausibility"]["baseline"])) and all(np.isfinite(d["plausibility"]["bec_jax"]))
+
+
+def test_runs_sizes_the_benchmarks_and_bad_values_are_one_line_errors():
+    """`--runs N` (benchmarks.throughput and benchmarks.scaling): the standard grid
+    with enough seeds, the batch axis a decade at a time up to N; anything but a
+    whole number from 1 to 10^9 is refused in one line, before JAX starts."""
+    from benchmarks import scaling, throughput
+
+    assert throughput.parse_runs("1e7") == throughput.parse_runs("10_000_000") == 10**7
+    spec = throughput.sized_spec(10**7)
+    assert (spec.num_points, spec.seeds, spec.steps) == (576, 17362, 1000)  # 10,000,512 runs
+    assert throughput.sized_spec(None).seeds == 50 and throughput.sized_spec(100, smoke=True).seeds == 13
+    assert scaling.batch_configs() == scaling.BATCH_CONFIGS
+    assert scaling.batch_configs(10**7) == scaling.BATCH_CONFIGS + [(200_000, 50, 1000)]
+    assert scaling.batch_configs(3 * 10**7)[-2:] == [(200_000, 50, 1000), (600_000, 50, 1000)]
+    assert scaling.batch_configs(10**4) == scaling.BATCH_CONFIGS[:5]
+    for bad in ("0", "-5", "1.5", "2e9", "lots", "nan"):
+        with pytest.raises(ValueError, match="^--runs must be a whole number"):
+            throughput.parse_runs(bad)
+    env = dict(os.environ, PYTHONPATH=REPO)
+    for mod in ("benchmarks.throughput", "benchmarks.scaling"):
+        p = subprocess.run([sys.executable, "-m", mod, "--runs", "1e10"], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and p.stdout == "", p.stdout
+        assert p.stderr.splitlines() == [f"python -m {mod}: error: --runs must be a whole number of runs (grid "
+                                         "points x seeds) from 1 to 1e+09, such as 1e7; got '1e10'"], p.stderr
 
 
 def test_scaling_script_smoke(tmp_path):

@@ -22,8 +22,9 @@ from bec_jax.run import runner
 
 
 def _env() -> dict:
-    """One CPU device, no compilation cache, the caller's other XLA flags kept."""
-    env = dict(os.environ, BEC_JAX_NO_CACHE="1", BEC_JAX_CPU_DEVICES="1")
+    """One CPU device (JAX's CPU backend, on a GPU machine too: the limits are the
+    host's), no compilation cache, the caller's other XLA flags kept."""
+    env = dict(os.environ, BEC_JAX_NO_CACHE="1", BEC_JAX_CPU_DEVICES="1", JAX_PLATFORMS="cpu")
     flags = [f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f]
     env["XLA_FLAGS"] = " ".join(flags)
     return env

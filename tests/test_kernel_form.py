@@ -2,7 +2,6 @@
 shared scalars (`Algorithm.shares_scalars`): the engine traces an update under
 `algorithms.sharing` only where the form shares and the algorithm declares it,
 with the same bits either way."""
-import jax
 import numpy as np
 
 from bec_jax import algorithms
@@ -25,13 +24,13 @@ def _user_ctdc(name, shares):
                                 hyperparameters=algorithms.get("ctdc").hyperparameters)
 
 
-def test_sharing_only_for_an_algorithm_that_opts_in():
+def test_sharing_only_for_an_algorithm_that_opts_in(cpu_backend):
     """In a form that shares (a CPU, the fusion emitters), an undeclared user
     algorithm is traced as written (only the revert's conditional, in each of
     the paired blocks and the odd one's), a declared
     one under `sharing` (a conditional per TD error and dot product); the
     results are the same bits, and the two are different cache entries."""
-    dev = jax.devices()[:1]
+    dev = cpu_backend  # the forms of XLA:CPU, on a GPU machine too
     algs = [_user_ctdc("form_test_ctdc_plain", False), _user_ctdc("form_test_ctdc_shared", True)]
     out, conds = [], []
     try:

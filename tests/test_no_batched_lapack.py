@@ -7,7 +7,11 @@ process deadlocks, about once in 100-400 program starts on two cores (jax-ml/jax
 #36927, #39292; fixed upstream after 0.11.0). A hang that rare shows in no test
 run, so these tests read the programs instead: each is lowered (not compiled,
 not run) and its text searched for a `lapack_*` custom call with an operand of
-rank above 2. The checker itself is tested on programs that do hold one."""
+rank above 2. The checker itself is tested on programs that do hold one.
+
+The hang is jaxlib's CPU LAPACK: every program here is lowered for JAX's CPU
+backend (the `cpu_backend` fixture, `jax.devices("cpu")`), on a GPU machine too,
+where the default backend would lower them to cuSOLVER calls instead."""
 import dataclasses
 import re
 
@@ -23,6 +27,8 @@ from bec_jax.control import tasks as control_tasks
 from bec_jax.control.spec import ControlSpec
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
+
+pytestmark = pytest.mark.usefixtures("cpu_backend")
 
 # StableHLO: `stablehlo.custom_call @lapack_sgeqrf_ffi(%0) {...} : (tensor<4x8x8xf32>) -> ...`;
 # HLO: `custom-call(...), custom_call_target="lapack_sgeqrf_ffi", operand_layout_constraints={f32[4,8,8]{1,2,0}}`.
@@ -164,7 +170,7 @@ def test_prediction_sweep_program(name):
     spec = SweepSpec(env="boyan_chain", algorithm=name, hyperparameters=_required(algorithms.get(name)),
                      seeds=2, steps=20, log_every=10)
     groups, chunks = sweep.plan(spec, spec.num_points)
-    prog = sweep.make_program(spec, groups[0], spec.num_points, devices=jax.devices()[:1])
+    prog = sweep.make_program(spec, groups[0], spec.num_points, devices=jax.devices("cpu")[:1])
     text = prog.fn.lower(np.uint32(0), sweep.chunk_grid(spec, groups[0], chunks[0])).as_text()
     assert batched_lapack_calls(text) == []
 
@@ -175,6 +181,6 @@ def test_control_program(task):
     spec = ControlSpec(task=task, algorithm="cgq", hyperparameters=_required(control_algorithms.get("cgq")),
                        seeds=2, episodes=2)
     groups, chunks = control_sweep.plan(spec, spec.num_points)
-    prog = control_sweep.make_program(spec, groups[0], spec.num_points, devices=jax.devices()[:1])
+    prog = control_sweep.make_program(spec, groups[0], spec.num_points, devices=jax.devices("cpu")[:1])
     grid = control_sweep.chunk_grid(spec, groups[0], chunks[0])
     assert batched_lapack_calls(prog.fn.lower(np.uint32(0), grid).as_text()) == []

@@ -1,5 +1,6 @@
 """`sweep.run_many`: sweeps that differ only in algorithm and step sizes share one
 compiled program, and each gets bit for bit what `sweep.run` gives it alone."""
+import jax
 import numpy as np
 import pytest
 
@@ -87,7 +88,8 @@ def test_fits_together_adds_the_calls():
     big = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=tuple(np.geomspace(1e-3, 0.1, 40)), beta=(0.1,),
                     zeta=(0.01,), seeds=1000, steps=10, log_every=10)
     assert big.num_points * big.seeds * prediction_sizes.sizes(big).carry > memory.CPU_CACHE_BYTES
-    assert not prediction_sizes.fits_together([big, big.replace(algorithm="td", hyperparameters={"alpha": (0.1,)})])
+    assert not prediction_sizes.fits_together([big, big.replace(algorithm="td", hyperparameters={"alpha": (0.1,)})],
+                                              device=jax.devices("cpu")[0])
 
 
 def test_split_joint_undoes_the_device_layout():

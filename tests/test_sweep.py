@@ -206,6 +206,7 @@ np.savez(sys.argv[3], mean=r.mean, final=r.final, dstep=r.diverged_step, ndev=le
 """
 
 
+@pytest.mark.cpu_only(reason="four fake CPU devices against this process's run on the default device, bit for bit")
 def test_device_count_independence(full, tmp_path):
     env = xla_flags(devices=4)
     out = tmp_path / "four.npz"
@@ -266,11 +267,11 @@ def test_programs_are_reused_in_process_only_where_they_are_the_same():
     SweepSpec(env="random_walk", algorithm="td", alpha=(0.1,), env_params={"features": ["dependent"]}, seeds=6,
               steps=40, log_every=10),
 ], ids=["boyan-ctdc", "baird-tdc", "walk-dependent-td"])
-def test_light_and_full_compiles_give_the_same_bits(spec):
+def test_light_and_full_compiles_give_the_same_bits(spec, cpu_backend):
     """The compile options change the compile time, never a result: a one-model
     program gives the same bits with XLA:CPU's loop emitters (the default for short
     sweeps) as with its fusion emitters (the default for long ones)."""
-    dev = jax.devices()[:1]
+    dev = cpu_backend
     light = sweep.run(spec, progress=False, devices=dev, compiler_options=tuning.CPU_LIGHT_OPTIONS)
     full = sweep.run(spec, progress=False, devices=dev, compiler_options=tuning.CPU_COMPILER_OPTIONS)
     for k in ("mean", "std", "sem", "alive", "final", "auc_seed", "diverged_step"):
@@ -303,13 +304,13 @@ DIVERGING_ODD = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.05, 2.0)
 
 
 @pytest.mark.parametrize("case", ["whole", "segmented", "several-models"])
-def test_run_fast_form_gives_the_same_bits(monkeypatch, case):
+def test_run_fast_form_gives_the_same_bits(monkeypatch, case, cpu_backend):
     """The run-fast form (log blocks two an iteration, each with its first step
     outside its loop; the updates under `algorithms.sharing`) changes how XLA
     holds the state, never a result: every output as without it, with divergence
     (a reverted, frozen run), an odd number of blocks, segments of 3 blocks with
     seed chunks of 2, and a group of two models."""
-    dev = jax.devices()[:1]
+    dev = cpu_backend  # the forms of XLA:CPU
     opts = tuning.CPU_COMPILER_OPTIONS
     if case == "several-models":
         spec = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1, 3.0), env_params={"gamma": [0.5, 0.9]},
@@ -327,8 +328,8 @@ def test_run_fast_form_gives_the_same_bits(monkeypatch, case):
     _assert_same_bits(paired, single)
 
 
-def test_form_follows_the_emitters():
-    cpu = jax.devices()[:1]
+def test_form_follows_the_emitters(cpu_backend):
+    cpu = cpu_backend
     assert cpu[0].platform == "cpu"
     spec = DIVERGING_ODD
     for opts in (tuning.CPU_COMPILER_OPTIONS, {}, {"xla_backend_optimization_level": 2}):
@@ -343,7 +344,7 @@ def test_form_follows_the_emitters():
     # the plain form has only the revert's conditional.
     groups, chunks = sweep.plan(DIVERGING_ODD, 2)
     grid = sweep.chunk_grid(DIVERGING_ODD, groups[0], chunks[0])
-    dev = jax.devices()[:1]
+    dev = cpu
 
     def conditionals(fast):
         form = choose_form(DIVERGING_ODD, dev, groups[0],
@@ -360,11 +361,13 @@ class _Device:
 
 
 def test_default_form():
-    cpu, gpu = jax.devices()[:1], [_Device("gpu")]
+    cpu, gpu = jax.devices("cpu")[:1], [_Device("gpu")]
     small = SweepSpec(env="two_state", algorithm="td", alpha=(0.1,), seeds=2, steps=10, log_every=10)
     assert choose_form(small, cpu).compiler_options == tuning.CPU_LIGHT_OPTIONS
     on_gpu = choose_form(small, gpu)
-    assert on_gpu.compiler_options is None and on_gpu.paired and not on_gpu.share
+    # Off the CPU: no pairing (never measured to pay there), selects instead of conditionals.
+    assert on_gpu.compiler_options is None and not on_gpu.paired and not on_gpu.share
+    assert on_gpu.branches == "select" and choose_form(small, cpu).branches == "cond"
     big = small.replace(seeds=10**6, steps=1000)  # 10^9 updates: run time outweighs compile time
     assert choose_form(big, cpu).compiler_options == tuning.CPU_COMPILER_OPTIONS
     assert choose_form(small, cpu, updates=10**9).compiler_options == tuning.CPU_COMPILER_OPTIONS
@@ -401,12 +404,12 @@ SHARING_SPECS = [SweepSpec(env="baird", algorithm=name, alpha=(0.01, 0.3), seeds
                  for name in algorithms.names()]
 
 
-def test_run_fast_form_changes_no_bit_of_any_algorithm(monkeypatch):
+def test_run_fast_form_changes_no_bit_of_any_algorithm(monkeypatch, cpu_backend):
     """The run-fast form (updates under `algorithms.sharing`, each TD error and
     dot product computed once a step; log blocks in pairs) in a program shared by
     every built-in algorithm: each gives the same bits as in the plain form."""
     fast, plain = _both_forms(monkeypatch, lambda: sweep.run_many(
-        SHARING_SPECS, devices=jax.devices()[:1], compiler_options=tuning.CPU_COMPILER_OPTIONS))
+        SHARING_SPECS, devices=cpu_backend, compiler_options=tuning.CPU_COMPILER_OPTIONS))
     assert fast[0].meta["shared_program"] == list(algorithms.names())
     for a, b in zip(fast, plain):
         _assert_same_bits(a, b)
@@ -414,7 +417,7 @@ def test_run_fast_form_changes_no_bit_of_any_algorithm(monkeypatch):
     assert sum(diverged) >= 6, diverged  # the revert ran in most
 
 
-def test_sharing_puts_each_shared_value_behind_a_conditional():
+def test_sharing_puts_each_shared_value_behind_a_conditional(cpu_backend):
     """`algorithms.shared` is the identity outside `sharing`; inside, XLA gets a
     conditional per TD error and dot product, so it cannot fuse (and recompute)
     them into each consumer; the values are the same, whichever branch runs."""
@@ -494,17 +497,15 @@ def test_program_states_are_seed_major():
     assert r.final.shape == (1, 3, 5) and r.diverged_step.shape == (3, 5)
 
 
-def test_fusion_emitters_update_omega_in_place():
+def test_fusion_emitters_update_omega_in_place(cpu_backend):
     # CPU_COMPILER_OPTIONS' copy insertion with region analysis: without it XLA:CPU
     # copied omega, a seed-major (seeds, grid) array, in every step of the loop
     # (two copies in the program's two step loops); the run-fast form lost 5-10%.
-    if not tuning.on_cpu(None):
-        pytest.skip("XLA:CPU's copy insertion")
     spec = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.1, 0.2, 0.3), beta=(0.1,), zeta=(0.1,),
                      seeds=5, steps=40, log_every=10)
     (group,), (chunk,) = sweep.plan(spec, spec.num_points)
-    prog = sweep.make_program(spec, group, spec.num_points, devices=jax.devices()[:1],
-                              form=choose_form(spec, jax.devices()[:1], group, tuning.CPU_COMPILER_OPTIONS))
+    prog = sweep.make_program(spec, group, spec.num_points, devices=cpu_backend,
+                              form=choose_form(spec, cpu_backend, group, tuning.CPU_COMPILER_OPTIONS))
     lowered = prog.fn.lower(np.uint32(0), sweep.chunk_grid(spec, group, chunk))
     text = lowered.compile(tuning.CPU_COMPILER_OPTIONS).as_text()
     assert "while(" in text and "multiply_add_fusion" in text
