@@ -222,7 +222,7 @@ def _run_into_dir(spec, args, command: str):
                 i, j, n = e.segment
                 inside = f" and chunk {i + 1} after log block {j} of {n} (its state is saved)"
             print(f"bec-jax: interrupted by {name} after {e.saved} of {e.total} chunks{inside}; the finished "
-                  f"work is saved in {chunks_dir}; to continue: {again}", file=sys.stderr)
+                  f"work is saved in {chunks_dir}; {rerun}", file=sys.stderr)
             return 128 + e.signum
     if part is not None:
         print(f"part {result['part']}: done; {result['chunks_done']} of {result['chunks_total']} chunks are in "
