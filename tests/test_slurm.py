@@ -55,6 +55,21 @@ def _wait(job: str, timeout: float = 600) -> None:
     pytest.fail(f"job {job} did not finish within {timeout:.0f} s")
 
 
+def _env() -> dict:
+    """The jobs' environment (sbatch passes its own on): one CPU device a part
+    (the cluster has two cores), no compilation cache, this venv's bec-jax first."""
+    env = dict(xla_flags(devices=1), BEC_JAX_NO_CACHE="1")
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def _one_process(toml, out, env) -> None:
+    """The sweep of `toml` in one process, chunks of one point, into `out`."""
+    ref = subprocess.run([sys.executable, "-m", "bec_jax.cli", "run", "--config", str(toml), "--out", str(out),
+                          "--chunk-size", "1"], env=env, capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr
+
+
 def _sbatch(args: list, cwd, env) -> str:
     out = subprocess.run(["sbatch", "--parsable", *args], cwd=cwd, env=env, capture_output=True, text=True,
                          timeout=60)
@@ -64,8 +79,7 @@ def _sbatch(args: list, cwd, env) -> str:
 
 def test_the_docs_job_array_and_its_assembling_job_equal_one_process(tmp_path):
     (tmp_path / "sweep.toml").write_text(SWEEP)
-    env = dict(xla_flags(devices=1), BEC_JAX_NO_CACHE="1")  # one CPU device a part: the cluster's two cores
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")  # this venv's bec-jax
+    env = _env()
     # docs/scale-out.md's job script as written, with 4 parts and chunks of one point
     # (a sweep this small is one chunk by default).
     (tmp_path / "parts.sh").write_text(textwrap.dedent("""\
@@ -88,10 +102,7 @@ def test_the_docs_job_array_and_its_assembling_job_equal_one_process(tmp_path):
         assert f"part {k}/4: done" in logs[f"part-{k}.log"], logs[f"part-{k}.log"]
     assert "wrote runs/big/curves.npz" in logs["assemble.log"], logs["assemble.log"]
     one = tmp_path / "one"
-    ref = subprocess.run([sys.executable, "-m", "bec_jax.cli", "run", "--config", str(tmp_path / "sweep.toml"),
-                          "--out", str(one), "--chunk-size", "1"], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert ref.returncode == 0, ref.stderr
+    _one_process(tmp_path / "sweep.toml", one, env)
     big = tmp_path / "runs" / "big"
     with np.load(big / "curves.npz") as a, np.load(one / "curves.npz") as b:
         assert sorted(a.files) == sorted(b.files)
@@ -113,8 +124,7 @@ LONG = textwrap.dedent("""
 
 def test_a_cancelled_part_resumes_when_submitted_again(tmp_path):
     (tmp_path / "sweep.toml").write_text(LONG)
-    env = dict(xla_flags(devices=1), BEC_JAX_NO_CACHE="1")
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    env = _env()
     (tmp_path / "part.sh").write_text(textwrap.dedent("""\
         #!/bin/bash
         #SBATCH --array=1-1
@@ -139,10 +149,7 @@ def test_a_cancelled_part_resumes_when_submitted_again(tmp_path):
     _wait(last)
     assert "wrote runs/big/curves.npz" in (tmp_path / "assemble.log").read_text()
     one = tmp_path / "one"
-    ref = subprocess.run([sys.executable, "-m", "bec_jax.cli", "run", "--config", str(tmp_path / "sweep.toml"),
-                          "--out", str(one), "--chunk-size", "1"], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert ref.returncode == 0, ref.stderr
+    _one_process(tmp_path / "sweep.toml", one, env)
     with np.load(tmp_path / "runs" / "big" / "curves.npz") as a, np.load(one / "curves.npz") as b:
         for k in a.files:
             assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), k

@@ -64,19 +64,7 @@ def await_result(x, chunk: int, tick: Callable | None = None):
     if check is not None and check():
         _ABANDONED[0] = True  # `x` is a call already dispatched (its outputs), left running
         raise Stopped(chunk)
-    if not _WAITER:
-        _WAITER.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bec-jax-wait"))
-    done = _WAITER[0].submit(jax.block_until_ready, x)
-    while True:
-        try:
-            done.result(timeout=_WAIT_S)  # a condition wait: a signal's handler runs meanwhile
-            return x
-        except concurrent.futures.TimeoutError:
-            if check is not None and check():
-                _ABANDONED[0] = True
-                raise Stopped(chunk) from None
-            if tick is not None:
-                tick()
+    return _in_thread(_WAITER, 1, "bec-jax-wait", jax.block_until_ready, (x,), chunk, check, tick)
 
 
 def run_stoppable(fn: Callable, *args):
@@ -90,13 +78,23 @@ def run_stoppable(fn: Callable, *args):
         return fn(*args)
     if check():
         raise Stopped(-1)
-    if not _WORKERS:
-        _WORKERS.append(concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="bec-jax-compile"))
-    done = _WORKERS[0].submit(fn, *args)
+    return _in_thread(_WORKERS, 2, "bec-jax-compile", fn, args, -1, check)
+
+
+def _in_thread(pool: list, workers: int, name: str, fn: Callable, args: tuple, chunk: int, check, tick=None):
+    """`fn(*args)` run by `pool`'s threads (made on first use) while this thread
+    waits in short waits, a condition wait in which a signal's handler runs:
+    `tick()` between them, `Stopped(chunk)` once `check()` says stop (`fn` is
+    left running, and the process exits without waiting for it)."""
+    if not pool:
+        pool.append(concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix=name))
+    done = pool[0].submit(fn, *args)
     while True:
         try:
             return done.result(timeout=_WAIT_S)
         except concurrent.futures.TimeoutError:
-            if check():
-                _ABANDONED[0] = True  # the process exits without waiting for it
-                raise Stopped(-1) from None
+            if check is not None and check():
+                _ABANDONED[0] = True
+                raise Stopped(chunk) from None
+            if tick is not None:
+                tick()
