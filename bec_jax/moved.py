@@ -52,6 +52,8 @@ ANALYSIS_PARTS = ("bec_jax.theory.expected_updates", "bec_jax.theory.fixpoints",
 # live in `bec_jax.cli.commands`.
 CLI_NAMES = ("main", "parse", "build_parser", "use_all_cpu_cores", "init_distributed",
              "enable_compilation_cache", "EXIT_USAGE", "PAPERS")
+# Those of them that moved on from `bec_jax.cli.commands`, and where to.
+CLI_HOMES = {"init_distributed": "bec_jax.cli.cluster"}
 
 _warned: set[str] = set()
 

@@ -40,6 +40,7 @@ import shlex
 import signal
 import sys
 
+from bec_jax.cli import cluster as cli_cluster
 from bec_jax.cli import parser as cli_parser
 from bec_jax.cli.args import (
     UsageError,
@@ -96,31 +97,6 @@ def on_device(meta: dict) -> str:
         return ""
     kind = "" if meta["backend"] == "cpu" else f" ({meta.get('device')})"
     return f" on {meta['backend']}{kind} x{meta.get('num_devices', 1)}"
-
-
-def init_distributed(text: str) -> tuple[int, int]:
-    """Joins this process to a `jax.distributed` run (before any JAX computation):
-    'auto' detects Slurm or Open MPI; 'HOST:PORT,N,ID' names the coordinator, the
-    number of processes and this process's index. CPU processes exchange results
-    over gloo. Returns (process index, process count)."""
-    import jax
-    parts = [x.strip() for x in text.split(",")]
-    if text.strip() == "auto":
-        kwargs = {}
-    elif len(parts) == 3 and ":" in parts[0] and parts[1].isdigit() and parts[2].isdigit():
-        kwargs = {"coordinator_address": parts[0], "num_processes": int(parts[1]), "process_id": int(parts[2])}
-        if not 0 <= kwargs["process_id"] < kwargs["num_processes"]:
-            raise UsageError(f"distributed: the process index must be in [0, N), got {text!r}")
-    else:
-        raise UsageError(f"distributed: expected 'auto' or HOST:PORT,N,ID (e.g. 10.0.0.1:1234,4,0), got {text!r}")
-    try:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(**kwargs)
-    except (RuntimeError, ValueError) as e:
-        raise UsageError(f"distributed: cannot join the run ({str(e).splitlines()[0]})") from None
-    if jax.process_index() != 0:  # one report, from process 0
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-    return jax.process_index(), jax.process_count()
 
 
 def _cache_dir_refusal(path: str) -> str | None:
@@ -200,6 +176,8 @@ def _run_into_dir(spec, args, command: str):
     (the finished work kept), and `--chunks K/N` parts. Returns the result, or the exit status
     when there is nothing more to print (an interrupted run, a finished part)."""
     from bec_jax.run import rundir, runner
+    if getattr(args, "submit", None):
+        return cli_cluster.submit(args, spec, command)
     _enable_x64_for([spec if spec is not None else runner.resume_spec(args.out)])  # None only when resuming
     enable_compilation_cache()
     part = runner.parse_part(args.chunks) if args.chunks is not None else None
@@ -337,6 +315,8 @@ def cmd_study(args) -> int:
     st = study.load(args.file) if args.file else None
     if st is None and not args.resume:
         raise UsageError("file: required (the study's TOML file), or --resume with --out")
+    if args.submit:
+        return cli_cluster.submit(args, st, "study")
     known = st or study.saved(args.out)  # a resume without the file: the study saved in --out
     if known is not None:
         _enable_x64_for(spec for _, spec in known.sweeps)
@@ -514,6 +494,7 @@ def parse(argv=None):
     if argv[:1] == ["continuing"]:  # --offset -8,0,8: a list of negative numbers, not an option
         argv = join_negative_lists(argv, ("--offset", "--q0", "--gamma", "--epsilon"))
     args, extra = parser.parse_known_args(argv)
+    args.argv = argv  # what a --submit's parts run again
     if args.command in ("run", "control", "continuing", "analyze"):  # the algorithm's declared hyperparameters: --NAME v1,v2
         args.hyper = hyper_options(extra)
     elif extra:
@@ -527,7 +508,8 @@ def parse(argv=None):
 def build_parser() -> argparse.ArgumentParser:
     """The `bec-jax` parser (`cli_parser.build_parser`) with this module's commands."""
     commands = {"run": cmd_run, "control": cmd_control, "continuing": cmd_continuing, "study": cmd_study,
-                "plot": cmd_plot, "compare": cmd_compare, "reproduce": cmd_reproduce, "analyze": cmd_analyze, "list": cmd_list}
+                "plot": cmd_plot, "compare": cmd_compare, "reproduce": cmd_reproduce, "analyze": cmd_analyze, "list": cmd_list,
+                "status": cli_cluster.cmd_status}
     return cli_parser.build_parser(commands, __doc__.split("\n\n")[0])
 
 
@@ -569,9 +551,12 @@ def main(argv=None) -> int:
             if getattr(args, "chunks", None):
                 raise UsageError("chunks: --chunks splits a sweep between independent processes, --distributed "
                                  "joins processes into one run; give one")
-            init_distributed(args.distributed)
+            cli_cluster.init_distributed(args.distributed)
         select_device(getattr(args, "device", None))
-        return _leave_if_abandoned(args.func(args))
+        rc = args.func(args)
+        if getattr(args, "distributed", None):
+            cli_cluster.leave_distributed()
+        return _leave_if_abandoned(rc)
     except (ValueError, AlgorithmFailed) as e:  # bad input, memory, the user's algorithm: one line
         _forget_failed_callbacks()
         return _error(e)

@@ -6,6 +6,7 @@ import argparse
 
 from bec_jax import algorithms, envs, schedules
 from bec_jax.cli import catalog
+from bec_jax.cli import cluster as cli_cluster
 from bec_jax.cli.args import (
     Parser,
     default_of,
@@ -62,6 +63,9 @@ def build_parser(commands: dict, description: str) -> argparse.ArgumentParser:
     _add_reproduce(sub, commands["reproduce"])
     _add_analyze(sub, commands["analyze"])
     _add_list(sub, commands["list"])
+    cli_cluster.add_status(sub, commands["status"])
+    for name in ("run", "control", "continuing", "study"):
+        cli_cluster.add_submit_options(sub.choices[name])
     for name in ("run", "control", "continuing", "study", "reproduce"):
         sub.choices[name].add_argument(
             "--device", choices=("auto", "cpu", "gpu"), default="auto",

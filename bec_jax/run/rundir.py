@@ -31,6 +31,7 @@ CHECKPOINT_FILE = "checkpoint.npz"
 STREAMED_KEY = "_streamed"
 SET_ASIDE_DIR = "set_aside"  # DIR/chunks/set_aside/: files a resume could not trust, kept for the user
 LOCK_FILE = ".bec-jax.lock"  # DIR/.bec-jax.lock: held (flock) by the run writing DIR
+SUBMIT_DIR = "slurm"  # DIR/slurm/: a submission's job scripts, record and logs (`run.slurm`), beside its parts
 # What every chunk file and checkpoint carries to prove what it is (see ChunkStore).
 INDEX_KEY, FINGERPRINT_KEY, CHECKSUM_KEY = "_index", "_fingerprint", "_checksum"
 STREAMED_SHA_KEY, LOGS_KEY, LOGS_SHA_KEY = "_streamed_sha256", "_logs", "_logs_sha256"
@@ -69,9 +70,9 @@ _PROBE = ".bec-jax-write-test-"  # a part's brief write probe (see prepare_out_d
 
 
 def entries(out: str) -> list[str]:
-    """What `out` holds, less other parts' write probes of this very moment and
-    the lock file of a run (`lock_dir`: a stale one is reused, a held one refuses)."""
-    return [e for e in os.listdir(out) if not e.startswith(_PROBE) and e != LOCK_FILE]
+    """What `out` holds, less other parts' write probes of this very moment, the
+    lock file of a run (`lock_dir`: a stale one is reused, a held one refuses) and a submission's files."""
+    return [e for e in os.listdir(out) if not e.startswith(_PROBE) and e not in (LOCK_FILE, SUBMIT_DIR)]
 
 
 _HELD: dict[str, int] = {}  # abspath of an output directory -> the descriptor whose flock this process holds

@@ -365,7 +365,7 @@ def _run_part(study, out, part, old, resume, overwrite, confirm_seeds, stop, log
         raise rundir.RunError(f"study: differs from the study in {out!r}; every part must run the same file")
     # Another part may be creating the study right now: only entries no part
     # writes make the directory someone else's.
-    ours = {STUDY_FILE, *study.names}
+    ours = {STUDY_FILE, rundir.SUBMIT_DIR, *study.names}
     foreign = [e for e in (os.listdir(out) if os.path.isdir(out) else [])
                if e not in ours and not e.startswith(".")]  # temporary files start with "."
     if old is None and foreign:
