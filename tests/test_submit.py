@@ -153,3 +153,25 @@ def test_part_argv_drops_the_submissions_options_in_both_forms():
     assert cluster.part_argv(argv) == ["study", "s.toml", "--out", "o", "--chunk-size", "2"]
     assert slurm.parse_option("--gres=gpu:1") == ("gres", "gpu:1") and slurm.parse_option("exclusive") == \
         ("exclusive", None)
+
+
+@pytest.mark.parametrize("argv", [
+    ["control", "--task", "cliff_walking", "--algorithm", "cgq", "--alpha", "0.1,0.3", "--beta", "0.001",
+     "--zeta", "0.005", "--episodes", "4", "--seeds", "2"],
+    ["continuing", "--task", "two_choice", "--algorithm", "q_vrc", "--alpha", "0.1,0.3", "--eta", "1", "--offset",
+     "-8,0", "--seeds", "2", "--steps", "2000"],
+])
+def test_control_and_continuing_submit_their_own_command(fake_slurm, capsys, argv):
+    d = fake_slurm
+    assert cli.main([*argv, "--out", "runs/c", "--submit", "slurm", "--parts", "2"]) == 0
+    part = shlex.split((d / "runs/c/slurm/parts.sh").read_text().splitlines()[-1])
+    # A list of negative numbers travels joined to its option (--offset=-8,0), as the parser reads it.
+    given = " ".join(argv).replace("--offset -8,0", "--offset=-8,0").split()
+    assert part[3:] == ["bec_jax", *given, "--out", "runs/c", "--chunks", "${SLURM_ARRAY_TASK_ID}/2"]
+    last = shlex.split((d / "runs/c/slurm/assemble.sh").read_text().splitlines()[-1])
+    assert last[3:] == ["bec_jax", argv[0], "--out", "runs/c", "--resume"]
+    # A bad setting is refused before anything is submitted.
+    bad = [a if a != "cliff_walking" and a != "two_choice" else "nope" for a in argv]
+    assert cli.main([*bad, "--out", "runs/d", "--submit", "slurm", "--parts", "2"]) == 2
+    assert "task" in capsys.readouterr().err and not (d / "runs/d").exists()
+    assert len(_calls(d)) == 2
