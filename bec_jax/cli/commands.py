@@ -7,12 +7,15 @@
     bec-jax run --out DIR --resume          (continue an interrupted run)
     bec-jax run ... --chunks K/N            (one of N processes sharing --out)
     bec-jax run ... --confirm-seeds N       (the best setting again on N fresh seeds)
+    bec-jax run|study|control|continuing ... --submit slurm --parts N [--slurm-option KEY=VALUE ...]
+    bec-jax status DIR [--parts N] [--json] (which parts are done, running, failed or missing)
     bec-jax study FILE.toml --out DIR [--resume]
     bec-jax control --task TASK --algorithm ALG --alpha LIST [--beta/--zeta LIST] --episodes E --out DIR
     bec-jax continuing --task TASK --algorithm ALG --alpha LIST [--eta LIST] [--gamma LIST]
                 [--offset LIST] --seeds N --steps T --out DIR      (continuing control: the reward rate)
     bec-jax plot DIR... [--out PLOTS]       (runs or studies: curves, sensitivity, table)
     bec-jax compare DIR... --out FIG.png    (their best curves on one figure)
+    bec-jax export DIR... --to tensorboard|wandb --out OUT [--per-seed] [--project P] [--overwrite]
     bec-jax reproduce [--paper bec|tdrc|control|reward-centering] [--quick] [--out DIR] [--overwrite]
     bec-jax list [environments|algorithms|metrics|tasks|control-algorithms|continuing-tasks|
                   continuing-algorithms] [--json]
@@ -41,6 +44,7 @@ import signal
 import sys
 
 from bec_jax.cli import cluster as cli_cluster
+from bec_jax.cli import export as cli_export
 from bec_jax.cli import parser as cli_parser
 from bec_jax.cli.args import (
     UsageError,
@@ -509,7 +513,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `bec-jax` parser (`cli_parser.build_parser`) with this module's commands."""
     commands = {"run": cmd_run, "control": cmd_control, "continuing": cmd_continuing, "study": cmd_study,
                 "plot": cmd_plot, "compare": cmd_compare, "reproduce": cmd_reproduce, "analyze": cmd_analyze, "list": cmd_list,
-                "status": cli_cluster.cmd_status}
+                "status": cli_cluster.cmd_status, "export": cli_export.command}
     return cli_parser.build_parser(commands, __doc__.split("\n\n")[0])
 
 

@@ -7,6 +7,7 @@ import argparse
 from bec_jax import algorithms, envs, schedules
 from bec_jax.cli import catalog
 from bec_jax.cli import cluster as cli_cluster
+from bec_jax.cli import export as cli_export
 from bec_jax.cli.args import (
     Parser,
     default_of,
@@ -64,6 +65,7 @@ def build_parser(commands: dict, description: str) -> argparse.ArgumentParser:
     _add_analyze(sub, commands["analyze"])
     _add_list(sub, commands["list"])
     cli_cluster.add_status(sub, commands["status"])
+    cli_export.add_parser(sub, commands["export"])
     for name in ("run", "control", "continuing", "study"):
         cli_cluster.add_submit_options(sub.choices[name])
     for name in ("run", "control", "continuing", "study", "reproduce"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bec_jax.control.results import values_text
+from bec_jax.control.results import BETTER, values_text
 from bec_jax.prediction.plotting import (
     algorithm_label,
     new_figure,
@@ -237,3 +237,35 @@ def summary_rows(results: dict, metric: str | None = None, confirmations: dict |
         rows.append({**row, "setting": setting(r, b), "best_by": stat, "seeds": r.seeds, "episodes": r.episodes,
                      **stats})
     return rows
+
+
+# ---------------------------------------------------------------- per-seed views (`run.kinds.Scores`)
+
+def seed_scores(r, i: int, stat: str = "return") -> np.ndarray:
+    """(N,) each run's area under its curve by episode at grid point i (its
+    mean per-episode `stat`), NaN for a run that diverged or did not finish
+    its episodes."""
+    return np.asarray(r.auc_seed(check_stat(stat))[i], np.float64)
+
+
+def seed_curves(r, i: int, stat: str = "return"):
+    """(episodes 1..E, (N, E) each run's `stat` per episode) at grid point i,
+    NaN for the runs that are not valid (diverged, or short of episodes)."""
+    v = np.where(r.valid[i][:, None], r.values(check_stat(stat))[i], np.nan)
+    return np.arange(1, r.episodes + 1), v
+
+
+def mean_curves(r, i: int) -> dict:
+    """{tag: (x, y)} of grid point i: the mean return and steps per episode
+    over its valid runs, by episode."""
+    return {stat: r.curve(i, stat)[:2] for stat in ("return", "length")}
+
+
+def higher_is_better(stat: str | None) -> bool:
+    """True for return, False for steps per episode (`results.BETTER`)."""
+    return BETTER[check_stat(stat)] == "higher"
+
+
+def task_of(r) -> str:
+    """The task a result ran on, as its spec names it."""
+    return str(r.task)

@@ -340,3 +340,53 @@ def plot_results(results: dict, out_dir: str, metric: str | None = None, select:
     Returns the paths."""
     paths = result_figures(results, out_dir, metric, select)
     return paths + write_tables(out_dir, [summary_rows(results, metric, confirmations)])
+
+
+# ---------------------------------------------------------------- per-seed views (`run.kinds.Scores`)
+
+def chosen_points(results: dict, metric: str | None = None, select: dict | None = None) -> dict:
+    """{key: grid point}: each result's best (lowest AUC of `metric`), among the
+    points `select` ({column: value}) names; `ValueError` naming `select` when it
+    names none of a result's points."""
+    out = {}
+    for key, r in results.items():
+        where = None
+        if select:
+            where = r.select(**select)
+            if not where.any():
+                raise ValueError(f"select: no grid point of {key!r} has {select}")
+        out[key] = r.best_index(metric, where)
+    return out
+
+
+def seed_scores(r: SweepResult, i: int, metric: str | None = None) -> np.ndarray:
+    """(N,) each seed's area under its own `metric` curve at grid point i (the
+    mean over logged points; lower is better), +inf for a diverged seed;
+    `ValueError` naming `dirs` for a result saved before per-seed areas were kept."""
+    if r.auc_seed is None:
+        raise ValueError(f"dirs: the run of {r.algorithm} on {r.env} keeps no per-seed areas (saved by an older "
+                         "bec_jax); run it again for per-seed statistics")
+    return np.asarray(r.auc_seed[r._m(metric), i], np.float64)
+
+
+def seed_curves(r: SweepResult, i: int, metric: str | None = None):
+    """None: a prediction sweep keeps its curves' mean, std and sem over seeds, not each seed's."""
+    return None
+
+
+def mean_curves(r: SweepResult, i: int) -> dict:
+    """{tag: (x, y)} of grid point i: the mean over surviving seeds of each
+    logged metric (+inf where none survives) and the surviving seeds' count, by step."""
+    out = {m: (np.asarray(r.steps), np.asarray(r.mean[k, i], np.float64)) for k, m in enumerate(r.metrics)}
+    out["alive"] = (np.asarray(r.steps), np.asarray(r.alive[i], np.float64))
+    return out
+
+
+def higher_is_better(metric: str | None) -> bool:
+    """False: every prediction metric is an error."""
+    return False
+
+
+def task_of(r: SweepResult) -> str:
+    """The environment a result ran on, as its spec names it."""
+    return str(r.env)

@@ -45,6 +45,30 @@ class Figures(NamedTuple):
     rows: Callable
 
 
+class Scores(NamedTuple):
+    """What a kind gives exports and robust statistics (each takes one result
+    of its kind and a grid point i; `metric` as `Figures.check_metric` returns it):
+    chosen(results, metric, select) -> {key: grid point}, each result's best
+    (or the best of the points `select` names); seed_scores(result, i, metric)
+    -> (N,) each seed's score (its area under the curve; NaN or inf for a
+    failed run); seed_curves(result, i, metric) -> (x, (N, L)) each seed's
+    curve, or None where the kind keeps only statistics over seeds;
+    mean_curves(result, i) -> {tag: (x, y)} every curve it logs, as a mean over
+    seeds; higher_is_better(metric) -> bool; task_of(result) -> the task's name."""
+
+    chosen: Callable
+    seed_scores: Callable
+    seed_curves: Callable
+    mean_curves: Callable
+    higher_is_better: Callable
+    task_of: Callable
+
+
+def _scores(module) -> Scores:
+    """A kind's `Scores`, the functions of that name in its figures' module."""
+    return Scores(*(getattr(module, f) for f in ("chosen_points",) + Scores._fields[1:]))
+
+
 class Kind(NamedTuple):
     """One kind of run.
 
@@ -54,6 +78,7 @@ class Kind(NamedTuple):
       result: the result class (`load`, `save`).
       front: the module that plans and runs its specs (an `engine.protocol.Engine`).
       figures: its `Figures`.
+      scores: its `Scores`.
       saved: the "kind" its saved spec dict carries (None: the dict has none,
         as every prediction run saved so far).
     """
@@ -64,18 +89,22 @@ class Kind(NamedTuple):
     front: ModuleType
     figures: Figures
     saved: str | None
+    scores: Scores
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("prediction", SweepSpec, SweepResult, prediction_sweep,
          Figures(prediction_plotting.check_metric, prediction_plotting.curves_figure,
-                 prediction_plotting.result_figures, prediction_plotting.summary_rows), None),
+                 prediction_plotting.result_figures, prediction_plotting.summary_rows), None,
+         _scores(prediction_plotting)),
     Kind("control", ControlSpec, ControlResult, control_sweep,
          Figures(control_plotting.check_metric, control_plotting.compare_figure,
-                 control_plotting.plot_results, control_plotting.summary_rows), "control"),
+                 control_plotting.plot_results, control_plotting.summary_rows), "control",
+         _scores(control_plotting)),
     Kind("continuing", ContinuingSpec, ContinuingResult, continuing_sweep,
          Figures(continuing_plotting.check_metric, continuing_plotting.compare_figure,
-                 continuing_plotting.plot_results, continuing_plotting.summary_rows), "continuing"),
+                 continuing_plotting.plot_results, continuing_plotting.summary_rows), "continuing",
+         _scores(continuing_plotting)),
 )}
 
 

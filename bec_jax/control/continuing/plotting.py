@@ -149,3 +149,34 @@ def summary_rows(results: dict, metric: str | None = None, confirmations: dict |
         rows.append({"sweep": key, "task": r.task, "algorithm": r.algorithm, "setting": setting(r, b),
                      "best_by": window, "seeds": r.seeds, "steps": r.blocks * r.block_steps, **stats})
     return rows
+
+
+# ---------------------------------------------------------------- per-seed views (`run.kinds.Scores`)
+
+def seed_scores(r, i: int, window: str | None = None) -> np.ndarray:
+    """(N,) each run's reward rate over `window` (None: the whole run) at grid point i."""
+    return np.asarray(r.reward_rate(check_metric({}, window))[i], np.float64)
+
+
+def seed_curves(r, i: int, window: str | None = None):
+    """(steps at each log block's end, (N, L) each run's mean reward per block) at grid point i."""
+    return np.arange(1, r.blocks + 1) * r.block_steps, np.asarray(r.reward[i], np.float64)
+
+
+def mean_curves(r, i: int) -> dict:
+    """{tag: (x, y)} of grid point i, by step: the reward rate per block, the
+    learner's reward-rate estimate and the largest |w|, each a mean over seeds."""
+    x = np.arange(1, r.blocks + 1) * r.block_steps
+    return {"reward_rate": (x, r.reward[i].astype(np.float64).mean(0)),
+            "rate_estimate": (x, r.rate_estimate[i].astype(np.float64).mean(0)),
+            "max_abs_w": (x, r.max_abs_w[i].astype(np.float64).mean(0))}
+
+
+def higher_is_better(window: str | None) -> bool:
+    """True: a reward rate."""
+    return True
+
+
+def task_of(r) -> str:
+    """The task a result ran on, as its spec names it."""
+    return str(r.task)
