@@ -366,8 +366,10 @@ def status_text(st: Status) -> str:
     if done == len(st.sweeps):
         lines = [head, "finished: every sweep's results are assembled"]
     else:
+        waiting = sum(not s.finished and s.num_chunks is None for s in st.sweeps)
         lines = [head, f"chunks saved: {saved} of {total}" + (f"; sweeps finished: {done} of {len(st.sweeps)}"
-                                                              if done else "")]
+                                                              if done else "")
+                 + (f"; {waiting} of {len(st.sweeps)} sweeps not started by any part" if waiting else "")]
     for p in st.parts:
         count = "" if not p.owned else f" ({p.saved} of {p.owned} chunks)"
         lines.append(f"part {p.k}: {p.state}{count}" + (f": {p.note}" if p.note else ""))
