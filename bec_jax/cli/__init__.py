@@ -1,7 +1,8 @@
 """The `bec-jax` command line: `commands` (the subcommands and `main`),
 `parser` (its options), `args` (options to specs), `analyze` (the exact
 analysis command), `catalog` (what `bec-jax list` and `--version` print) and
-`cluster` (`--submit slurm`, `bec-jax status`, `--distributed`)."""
+`cluster` (`--submit slurm`, `bec-jax status`, `--distributed`), `export`
+(`bec-jax export`) and `robust` (`--stat`, `compare --profile`)."""
 import importlib as _importlib
 
 

@@ -46,6 +46,7 @@ import sys
 from bec_jax.cli import cluster as cli_cluster
 from bec_jax.cli import export as cli_export
 from bec_jax.cli import parser as cli_parser
+from bec_jax.cli import robust as cli_robust
 from bec_jax.cli.args import (
     UsageError,
     continuing_spec_from_args,
@@ -395,9 +396,11 @@ def _select(text):
 
 def cmd_plot(args) -> int:
     from bec_jax.run import figures
+    cli_robust.check(args)
     results, paths = _open_results(args.dirs)
     out = args.out or os.path.join(args.dirs[0], "plots")
     written = figures.plot_results(results, out, args.metric, _select(args.select), _confirmations(paths))
+    written += cli_robust.plot(args, results, out, _select(args.select)) if args.stat else []
     print(f"wrote {len(written)} files to {out}: " + ", ".join(os.path.basename(p) for p in written))
     return 0
 
@@ -405,12 +408,15 @@ def cmd_plot(args) -> int:
 def cmd_compare(args) -> int:
     from bec_jax.prediction import plotting
     from bec_jax.run import figures
+    cli_robust.check(args)
     results, _ = _open_results(args.dirs)
     if args.labels:
         labels = [x.strip() for x in args.labels.split(",")]
         if len(labels) != len(results):
             raise UsageError(f"labels: {len(labels)} labels for {len(results)} runs")
         results = dict(zip(labels, results.values()))
+    if args.stat or args.profile:
+        return cli_robust.compare(args, results, _select(args.select))
     fig = figures.compare_figure(results, args.metric, args.title or "", _select(args.select))
     d, name = os.path.split(os.path.abspath(args.out))
     stem, ext = os.path.splitext(name)

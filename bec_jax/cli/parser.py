@@ -8,6 +8,7 @@ from bec_jax import algorithms, envs, schedules
 from bec_jax.cli import catalog
 from bec_jax.cli import cluster as cli_cluster
 from bec_jax.cli import export as cli_export
+from bec_jax.cli import robust as cli_robust
 from bec_jax.cli.args import (
     Parser,
     default_of,
@@ -237,6 +238,7 @@ def _add_plot(sub, command) -> None:
     pl.add_argument("--out", help="where to write (default DIR/plots of the first DIR)")
     pl.add_argument("--metric", help=METRIC_HELP)
     pl.add_argument("--select", metavar="NAME=VALUE,...", help="plot this grid point instead of the best")
+    cli_robust.add_options(pl)
     pl.set_defaults(func=command)
 
 
@@ -249,6 +251,7 @@ def _add_compare(sub, command) -> None:
     cp.add_argument("--labels", help="comma-separated legend labels, one per run")
     cp.add_argument("--select", metavar="NAME=VALUE,...")
     cp.add_argument("--title")
+    cli_robust.add_options(cp, profile=True)
     cp.set_defaults(func=command)
 
 
