@@ -244,7 +244,7 @@ def test_profile_orients_normalizes_and_is_rliables(prediction, capsys, tmp_path
     agg = robust.interval_estimates(table.scores, "iqm", REPS, 0)
     m = re.search(r"^ctd: IQM of normalized scores = (\S+) \[(\S+), (\S+)\]", out, re.M)
     assert m and np.allclose([float(v) for v in m.groups()], agg["ctd"], atol=5e-5), out
-    assert "errors negated, so higher is better" in out and (tmp_path / "p.png").stat().st_size > 10000
+    assert "lower is better here: scores negated, so higher is better" in out and (tmp_path / "p.png").stat().st_size > 10000
 
 
 def test_normalize_by_hand():

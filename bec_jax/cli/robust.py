@@ -81,7 +81,7 @@ def _profile(args, results: dict, select) -> int:
     poi = robust.improvement(table.scores, args.reps, args.seed)
     runs = {k: v.shape[0] for k, v in table.scores.items()}
     n = len(table.tasks)
-    note = " (errors negated, so higher is better)" if table.negated else ""
+    note = " (lower is better here: scores negated, so higher is better)" if table.negated else ""
     print(f"{len(table.scores)} algorithms on {n} tasks ({', '.join(table.tasks)}); scores min-max normalized per "
           f"task over every run{note}")
     for k, (p, lo, hi) in agg.items():

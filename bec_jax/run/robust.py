@@ -17,9 +17,11 @@ error is negated) and min-max normalized per task over every algorithm's runs
 (0: the worst run on that task, 1: the best): tasks of different scales then
 share one axis, as rliable's profiles and aggregates need.
 
-rliable draws its bootstrap resamples from NumPy's global random state; each
-call here seeds it (`seed`) and restores it after, so the same call gives the
-same numbers and leaves the caller's random state as it was.
+rliable draws its bootstrap resamples from NumPy's global random state (its
+`random_state` argument does not reach them: two calls with `RandomState(1)`
+differ); each call here seeds the global state (`seed`) and restores it after,
+so the same call gives the same numbers and leaves the caller's random state as
+it was.
 
     table = robust.by_algorithm(results)                 # {"cq": (10, 4), "q": (10, 4)}
     robust.interval_estimates(table.scores, "iqm")      # {"cq": (iqm, low, high), ...}
