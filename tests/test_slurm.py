@@ -173,19 +173,19 @@ def test_submit_and_status_on_a_cluster(tmp_path, one):
     (tmp_path / "study.toml").write_text(STUDY)
     block = code(PAGE, "bash", containing="--submit slurm")
     out = _bash(block, tmp_path, _env())
-    jobs = re.findall(r"submitted 4 parts as job array (\d+) and the assembling job (\d+)", out)
+    jobs = re.findall(r"submitted 2 parts as job array (\d+) and the assembling job (\d+)", out)
     assert len(jobs) == 2, out
-    assert "runs/big: a sweep submitted in 4 parts" in out and "follow them: bec-jax status runs/big" in out, out
+    assert "runs/big: a sweep submitted in 2 parts" in out and "follow them: bec-jax status runs/big" in out, out
     states = re.findall(r"^part (\d): (\w+)", out, re.M)
-    assert [k for k, _ in states] == ["1", "2", "3", "4"], out
+    assert [k for k, _ in states] == ["1", "2"], out
     assert {s for _, s in states} <= {"pending", "running", "done"}, out
     for d, (_, last) in zip(("runs/big", "runs/study"), jobs):
         _wait(last)
         st = _status(d, tmp_path)
-        assert st["assembling"] == "done" and [p["state"] for p in st["parts"]] == ["done"] * 4, st
+        assert st["assembling"] == "done" and [p["state"] for p in st["parts"]] == ["done"] * 2, st
         assert st["record"]["assemble_job"] == last
     text = _bec_jax(["status", "runs/study"], tmp_path).stdout
-    assert "a study of 2 sweeps submitted in 4 parts" in text and "finished: every sweep's results" in text, text
+    assert "a study of 2 sweeps submitted in 2 parts" in text and "finished: every sweep's results" in text, text
     _same_files(tmp_path / "runs" / "big", one / "sweep")
     _same_study(tmp_path / "runs" / "study", one / "study")
     script = (tmp_path / "runs" / "big" / "slurm" / "parts.sh").read_text()

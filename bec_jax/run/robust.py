@@ -161,6 +161,26 @@ def higher_is_better(results: dict, metric=None) -> bool:
     return bool(kinds.of_result(next(iter(results.values()))).scores.higher_is_better(metric))
 
 
+def _along(stat: str):
+    """The `stat` over seeds at every point of a (runs x 1 x points) cube, all
+    points at once, as `aggregate(stat, "seeds")` gives it at each point: the
+    IQM is scipy's 25% `trim_mean` (rliable's `aggregate_iqm`), here the mean
+    of the sorted values between the same cuts, in one call per resample
+    instead of one scipy call per point (a bootstrap repeats it thousands of times)."""
+    check_stat(stat)
+
+    def iqm(s):
+        v = np.sort(s.reshape(-1, s.shape[-1]), axis=0)
+        cut = int(0.25 * v.shape[0])  # scipy's trim_mean: int(proportiontocut * nobs) from each end
+        return v[cut:v.shape[0] - cut].mean(axis=0)
+
+    if stat == "iqm":
+        return iqm
+    if stat == "median":
+        return lambda s: np.median(s.reshape(-1, s.shape[-1]), axis=0)
+    return lambda s: s.reshape(-1, s.shape[-1]).mean(axis=0)
+
+
 def curve_estimates(results: dict, stat: str = "iqm", metric=None, select: dict | None = None, reps: int = REPS,
                     seed: int = 0, points: int = CURVE_POINTS) -> dict | None:
     """{key: (x, point, low, high)}: the `stat` over seeds of each run's
@@ -169,7 +189,7 @@ def curve_estimates(results: dict, stat: str = "iqm", metric=None, select: dict 
     (prediction). `ValueError` naming `dirs` for a curve with a failed seed."""
     library, _ = require()
     chosen, metric = _chosen(results, metric, select)
-    f = aggregate(stat, "seeds")
+    f = _along(stat)
     out = {}
     for key, r in results.items():
         got = kinds.of_result(r).scores.seed_curves(r, chosen[key], metric)
@@ -183,8 +203,7 @@ def curve_estimates(results: dict, stat: str = "iqm", metric=None, select: dict 
         cube = v[:, None, at]  # (runs, 1 task, points)
         with seeded(seed):
             p, ci = library.get_interval_estimates(
-                {key: cube}, lambda s: np.array([f(s[..., j])[0] for j in range(s.shape[-1])]),
-                reps=check_reps(reps), confidence_interval_size=LEVEL)
+                {key: cube}, f, reps=check_reps(reps), confidence_interval_size=LEVEL)
         out[key] = (x[at], p[key], ci[key][0], ci[key][1])
     return out
 
