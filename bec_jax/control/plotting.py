@@ -15,6 +15,7 @@ import numpy as np
 from bec_jax.control.results import BETTER, values_text
 from bec_jax.prediction.plotting import (
     algorithm_label,
+    chosen_points,
     new_figure,
     save_figure,
     step_label,
@@ -65,21 +66,6 @@ def _at_task_values(r) -> str:
 
 def _window(results: dict) -> int:
     return smoothing_window(min(r.episodes for r in results.values()))
-
-
-def chosen_points(results: dict, stat: str, select: dict | None = None) -> dict:
-    """{key: grid point} of each result: its best (`best_index(stat)`), among
-    the points `select` ({column: value}) names when given; `ValueError`
-    naming `select` when it names none of a result's points."""
-    out = {}
-    for key, r in results.items():
-        where = None
-        if select:
-            where = r.select(**select)
-            if not where.any():
-                raise ValueError(f"select: no grid point of {key!r} has {select}")
-        out[key] = r.best_index(stat, where)
-    return out
 
 
 def setting(r, i: int) -> str:

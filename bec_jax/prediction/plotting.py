@@ -345,9 +345,11 @@ def plot_results(results: dict, out_dir: str, metric: str | None = None, select:
 # ---------------------------------------------------------------- per-seed views (`run.kinds.Scores`)
 
 def chosen_points(results: dict, metric: str | None = None, select: dict | None = None) -> dict:
-    """{key: grid point}: each result's best (lowest AUC of `metric`), among the
+    """{key: grid point}: each result's best (`best_index(metric, where)`: the
+    lowest AUC of a prediction metric, the best return or steps per episode of a
+    control run, the highest reward rate over a continuing window), among the
     points `select` ({column: value}) names; `ValueError` naming `select` when it
-    names none of a result's points."""
+    names none of a result's points. Every kind's figures choose by it."""
     out = {}
     for key, r in results.items():
         where = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from bec_jax.control.continuing.results import WINDOWS
-from bec_jax.prediction.plotting import new_figure, save_figure, symbol
+from bec_jax.prediction.plotting import chosen_points, new_figure, save_figure, symbol
 
 DEFAULT_WINDOW = "all"  # what `compare` and `plot` choose by unless told
 WINDOW_LABELS = {"all": "whole run", "last50": "last 50%", "last10": "last 10%"}
@@ -31,21 +31,6 @@ def check_metric(results: dict, metric) -> str:
 def setting(r, i: int) -> str:
     """'alpha=0.1, eta=1': the grid columns of point i."""
     return ", ".join(f"{n}={v:g}" for n, v in r.point(i).items())
-
-
-def chosen_points(results: dict, window: str, select: dict | None = None) -> dict:
-    """{key: grid point}: each result's best (`best_index(window)`), among
-    the points `select` ({column: value}) names; `ValueError` naming `select`
-    when it names none of a result's points."""
-    out = {}
-    for key, r in results.items():
-        where = None
-        if select:
-            where = r.select(**select)
-            if not where.any():
-                raise ValueError(f"select: no grid point of {key!r} has {select}")
-        out[key] = r.best_index(window, where)
-    return out
 
 
 def curves(ax, results: dict, points: dict, title: str = "") -> None:
