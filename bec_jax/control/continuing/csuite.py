@@ -180,9 +180,10 @@ def _abstract_features(kind: str, rows: int, columns: int, num_tilings: int, bin
     return blocks * k, tiled
 
 
-def _catch_env(name, params, reset, step, features_fn, k, num_active) -> ContinuingEnv:
+def _catch_env(name, params, reset, step, features_fn, k, num_active, observe, size) -> ContinuingEnv:
     return ContinuingEnv(name=name, num_actions=NUM_ACTIONS, num_features=NUM_ACTIONS * k, num_active=num_active,
-                         params=params, reset=reset, step=step, features=per_action(features_fn, k, NUM_ACTIONS))
+                         params=params, reset=reset, step=step, features=per_action(features_fn, k, NUM_ACTIONS),
+                         observe=observe, observation_size=size)
 
 
 def catch(*, rows: int = 10, columns: int = 5, spawn_probability: float = 0.1, features: str = "tiles",
@@ -201,12 +202,16 @@ def catch(*, rows: int = 10, columns: int = 5, spawn_probability: float = 0.1, f
     def step(key, state, action):
         return fall(key, state, action, columns, p)
 
+    def board(s):
+        return binary_board(s, rows, columns)
+
+    n = rows * columns
     if kind == "board":
-        return _catch_env("catch", params, reset, step, lambda s: binary_board(s, rows, columns), rows * columns, 0)
+        return _catch_env("catch", params, reset, step, board, n, 0, board, n)
     k, fn = _abstract_features(kind, rows, columns, num_tilings, bins, 1)
     params["bins"] = list(tiles.bins_tuple(bins, 3))
     return _catch_env("catch", params, reset, step, lambda s: fn(s, 0), k,
-                      1 if kind == "onehot" else int(num_tilings))
+                      1 if kind == "onehot" else int(num_tilings), board, n)
 
 
 # csuite's windy_catch.py `_WIND_DELTA`: none, left, right.
@@ -237,15 +242,16 @@ def windy_catch(*, rows: int = 10, columns: int = 5, spawn_probability: float = 
         wind = jnp.where(change, jax.random.randint(k_wind, (), 0, 3, jnp.int32), state.wind)
         return WindyState(board=board, wind=wind, clock=jnp.where(change, 0, clock).astype(jnp.int32)), reward
 
-    if kind == "board":
-        def observe(s):
-            return jnp.concatenate([binary_board(s.board, rows, columns), jax.nn.one_hot(s.wind, 3)])
+    def observe(s):
+        return jnp.concatenate([binary_board(s.board, rows, columns), jax.nn.one_hot(s.wind, 3)])
 
-        return _catch_env("windy_catch", params, reset, step, observe, rows * columns + 3, 0)
+    n = rows * columns + 3
+    if kind == "board":
+        return _catch_env("windy_catch", params, reset, step, observe, n, 0, observe, n)
     k, fn = _abstract_features(kind, rows, columns, num_tilings, bins, 3)
     params["bins"] = list(tiles.bins_tuple(bins, 3))
     return _catch_env("windy_catch", params, reset, step, lambda s: fn(s.board, s.wind), k,
-                      1 if kind == "onehot" else int(num_tilings))
+                      1 if kind == "onehot" else int(num_tilings), observe, n)
 
 
 def dancing_catch(*, rows: int = 10, columns: int = 5, spawn_probability: float = 0.1, swap_every: int = 10_000,
@@ -278,7 +284,7 @@ def dancing_catch(*, rows: int = 10, columns: int = 5, spawn_probability: float 
     def observe(s):
         return binary_board(s.board, rows, columns)[s.perm]
 
-    return _catch_env("dancing_catch", params, reset, step, observe, n, 0)
+    return _catch_env("dancing_catch", params, reset, step, observe, n, 0, observe, n)
 
 
 
@@ -318,7 +324,8 @@ def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_si
     Features: tile coding of (cos, sin, velocity), Naik et al.'s Pendulum
     setting (8 tilings of 7^3), the velocity's box [-velocity_bound,
     velocity_bound] (a full-torque spin settles near torque / friction = 10
-    rad/s; faster values fall in the outer tiles)."""
+    rad/s; faster values fall in the outer tiles). Observation (a network's
+    input): (cos, sin, velocity / velocity_bound), Naik et al.'s scaling."""
     mu = _real("friction", friction, low=0.0)
     g = _real("gravity", gravity)
     dt = _real("simulation_step_size", simulation_step_size, low=0.0, strict=True)
@@ -362,8 +369,14 @@ def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_si
         x = jnp.stack([jnp.cos(s.angle), jnp.sin(s.angle), s.velocity]).astype(jnp.float32)
         return tiles.tile_indices(x, low, high, b, t)
 
+    def observe(s):
+        # Naik et al.'s network input (continuing-rl-exps `experiments.py`, `process_observation`):
+        # csuite's (cos, sin, velocity) with the velocity divided by 10, the default velocity_bound.
+        return jnp.stack([jnp.cos(s.angle), jnp.sin(s.angle), s.velocity / np.float32(vb)]).astype(jnp.float32)
+
     return ContinuingEnv(name="pendulum", num_actions=3, num_features=3 * k, num_active=t, params=params,
-                         reset=reset, step=step, features=per_action(state_features, k, 3))
+                         reset=reset, step=step, features=per_action(state_features, k, 3),
+                         observe=observe, observation_size=3)
 
 
 # ----------------------------------------------------------------------- Taxi

@@ -23,6 +23,14 @@ al. 2024, arXiv 2405.09999, sweep gamma as a learner's setting).
 
 A tabular task also gives `num_states`, `state_index` and `model`; its features
 are one-hot, (A, 1) int32 indices `a * num_states + s`.
+
+A network learner (`bec_jax.control.continuing.deep`) reads the task's raw
+observation instead of its features:
+
+  observe(env_state) -> (observation_size,) float32
+
+A task that gives `observe` declares `observation_size`; a tabular task without
+one is observed as the one-hot vector of its state (`observation`).
 """
 from __future__ import annotations
 
@@ -30,6 +38,8 @@ import numbers
 from collections.abc import Callable
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -49,6 +59,10 @@ class ContinuingEnv(NamedTuple):
       state_index: tabular: env_state -> int32 () in [0, S).
       model: tabular: () -> (P (S, A, S) float64, R (S, A) float64), R the
         expected immediate reward of (s, a).
+      observe: env_state -> (observation_size,) float32, the observation a
+        network learner reads (None: the task has none; a tabular task is then
+        observed as the one-hot vector of its state, `observation`).
+      observation_size: the length of `observe`'s vector (0 without one).
     """
 
     name: str
@@ -62,11 +76,25 @@ class ContinuingEnv(NamedTuple):
     num_states: int = 0
     state_index: Callable | None = None
     model: Callable | None = None
+    observe: Callable | None = None
+    observation_size: int = 0
 
     @property
     def tabular(self) -> bool:
         """Whether the task has an exact model (`model`, `state_index`, `num_states`)."""
         return self.num_states > 0 and self.model is not None and self.state_index is not None
+
+
+def observation(env: ContinuingEnv) -> tuple[int, Callable] | None:
+    """(size, fn) of the observation a network learner reads: the task's own
+    `observe`, or for a tabular task without one the one-hot vector of its
+    state (S,) float32; None for a task that has neither."""
+    if env.observe is not None:
+        return env.observation_size, env.observe
+    if env.tabular:
+        S = env.num_states
+        return S, lambda s: jax.nn.one_hot(env.state_index(s), S, dtype=jnp.float32)
+    return None
 
 
 # --------------------------------------------------------------- shared checks
@@ -119,7 +147,7 @@ def check_env(env) -> ContinuingEnv:
         raise ValueError(f"task: a factory must return a ContinuingEnv, got a {type(env).__name__}")
     for field in ("num_actions", "num_features"):
         positive_int(f"task: {env.name}'s {field}", getattr(env, field))
-    for field in ("num_active", "num_states"):
+    for field in ("num_active", "num_states", "observation_size"):
         value = getattr(env, field)
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"task: {env.name}'s {field} must be an integer >= 0, got {value!r}")
@@ -129,9 +157,13 @@ def check_env(env) -> ContinuingEnv:
     tabular_fields = (env.num_states > 0, env.state_index is not None, env.model is not None)
     if any(tabular_fields) and not all(tabular_fields):
         raise ValueError(f"task: {env.name} must give all of num_states, state_index and model, or none")
+    if (env.observe is not None) != (env.observation_size > 0):
+        raise ValueError(f"task: {env.name} must give both observe and observation_size (> 0), or neither")
+    if env.observe is not None and not callable(env.observe):
+        raise ValueError(f"task: {env.name}'s observe must be callable")
     if not isinstance(env.params, dict):
         raise ValueError(f"task: {env.name}'s params must be a dict, got a {type(env.params).__name__}")
     return env
 
 
-__all__ = ["ContinuingEnv", "check_env", "check_gamma", "check_model", "positive_int", "probability"]
+__all__ = ["ContinuingEnv", "check_env", "check_gamma", "check_model", "observation", "positive_int", "probability"]
