@@ -135,12 +135,17 @@ def names_arg(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def env_param_arg(text: str):
+def env_param_arg(text: str, field: str = "env_params"):
     name, eq, vals = text.partition("=")
     name = name.strip()
     if not eq or not name:
-        raise argparse.ArgumentTypeError(f"env_params: expected NAME=v1,v2,..., got {text!r}")
-    return name, values(f"env_params.{name}", vals)
+        raise argparse.ArgumentTypeError(f"{field}: expected NAME=v1,v2,..., got {text!r}")
+    return name, values(f"{field}.{name}", vals)
+
+
+def learner_param_arg(text: str):
+    """`--learner-param NAME=VALUE` (a network learner's setting): (name, values)."""
+    return env_param_arg(text, "learner_params")
 
 
 def given_options(args) -> list[str]:
@@ -314,16 +319,17 @@ CONTINUING_FIELDS = {"task": "task", "algorithm": "algorithm", "epsilon": "epsil
                      "log_every": "log_every", "seed": "seed", "dtype": "dtype"}
 
 
-def _continuing_task_params(pairs) -> dict:
+def _continuing_task_params(pairs, field: str = "task_params") -> dict:
     """{name: value} of `--task-param NAME=VALUE` pairs: one value each, several
     numbers a list, which the spec reads as a grid axis for a scalar parameter
     (free_probability=0.04,0.06) and as the value of a sequence-valued one
     (priorities=1,2,4,8; `continuing.spec.is_task_axis`); a name given twice
-    is refused."""
+    is refused. `--learner-param` pairs likewise (`field` learner_params: a
+    list is a setting's value, hidden=64,64)."""
     params = {}
     for name, vals in pairs or ():
         if name in params:
-            raise UsageError(f"task_params.{name}: given twice")
+            raise UsageError(f"{field}.{name}: given twice")
         params[name] = vals[0] if len(vals) == 1 else list(vals)
     return params
 
@@ -335,7 +341,8 @@ def continuing_spec_from_args(args):
     axis; `UsageError`/`ValueError` naming the field otherwise."""
     extra = getattr(args, "hyper", None) or {}
     given = [d for d in CONTINUING_FIELDS if getattr(args, d, None) is not None]
-    given += (["task_params"] if args.task_param else []) + list(extra)
+    given += (["task_params"] if args.task_param else []) + (["learner_params"] if args.learner_param else [])
+    given += list(extra)
     if args.config:
         if given:
             raise UsageError(f"{CONTINUING_FIELDS.get(given[0], given[0])}: given both on the command line and by "
@@ -361,4 +368,5 @@ def continuing_spec_from_args(args):
             v = vals[0] if len(vals) == 1 else list(vals)
         kw[field] = v
     return ContinuingSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper,
-                          task_params=_continuing_task_params(args.task_param), **kw)
+                          task_params=_continuing_task_params(args.task_param),
+                          learner_params=_continuing_task_params(args.learner_param, "learner_params"), **kw)

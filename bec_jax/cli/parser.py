@@ -15,6 +15,7 @@ from bec_jax.cli.args import (
     env_param_arg,
     float_arg,
     int_arg,
+    learner_param_arg,
     listing,
     names_arg,
     size_arg,
@@ -189,6 +190,10 @@ def _add_continuing(sub, command) -> None:
                         "default is a list (priorities=1,2,4,8)")
     c.add_argument("--algorithm", help=f"{listing(continuing_learners.names(), last=None)} or "
                                        "package.module:attribute")
+    c.add_argument("--learner-param", action="append", type=learner_param_arg, metavar="NAME=VALUE",
+                   help="a network learner's setting (repeatable): hidden=64,64 (or layers=50,128,3), "
+                        "activation=tanh|relu, buffer=10000, batch=64|full, update_period=32, sync_period=128, "
+                        "optimizer=adam|sgd|rmsprop; defaults: Naik et al.'s for the task")
     c.add_argument("--epsilon", metavar="v1,v2,...", help="epsilon-greedy's epsilon (default 0.1; several: a grid axis)")
     c.add_argument("--gamma", metavar="v1,v2,...",
                    help="the learner's discount in [0, 1] (default 0.99; several: a grid axis; average-reward "

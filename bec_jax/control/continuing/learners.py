@@ -81,6 +81,7 @@ import jax.numpy as jnp
 from bec_jax.algorithms import lookup
 from bec_jax.algorithms.base import Algorithm, StepSize, parameter, resolve, step_size, zero_count
 from bec_jax.control import algorithms as control
+from bec_jax.control.continuing import deep
 from bec_jax.control.transition import ControlTransition, add, is_sparse, q_values
 
 _ALPHA = step_size("alpha", "step size of the weights w")
@@ -305,13 +306,14 @@ ALGORITHMS: dict[str, Algorithm] = {}
 RATE_FIELDS: dict[str, str | None] = {}
 
 
-def register(alg: Algorithm, *, rate_field: str | None = None, replace: bool = False) -> Algorithm:
-    """Adds the continuing learner `alg` under `alg.name` and returns it;
+def register(alg: Algorithm | deep.DeepLearner, *, rate_field: str | None = None, replace: bool = False):
+    """Adds the continuing learner `alg` (a linear `Algorithm` or a network
+    learner, `continuing.deep.DeepLearner`) under `alg.name` and returns it;
     `rate_field` names its state field holding the reward-rate estimate (None:
     it keeps none). A name that is already taken is an error (`replace=True`
     overrides)."""
-    if not isinstance(alg, Algorithm):
-        raise ValueError(f"algorithm: register expects an Algorithm, got {type(alg).__name__}")
+    if not isinstance(alg, (Algorithm, deep.DeepLearner)):
+        raise ValueError(f"algorithm: register expects an Algorithm or a DeepLearner, got {type(alg).__name__}")
     if alg.name in ALGORITHMS and not replace and ALGORITHMS[alg.name] is not alg:
         raise ValueError(f"algorithm: the continuing learner name {alg.name!r} is already registered; "
                          "choose another name")
@@ -328,7 +330,10 @@ def names() -> list[str]:
 def get(ref) -> Algorithm:
     """The continuing learner `ref` names: a registered name, a
     `package.module:attribute` reference (imported, not registered), or an
-    `Algorithm` itself; `ValueError` listing the known names otherwise."""
+    `Algorithm` or `DeepLearner` itself; `ValueError` listing the known names
+    otherwise."""
+    if isinstance(ref, deep.DeepLearner):
+        return ref
     return lookup(ref, ALGORITHMS, "continuing learner")
 
 
@@ -347,3 +352,6 @@ for _alg, _field in ((control.Q, None), (Q_SRC, "rbar"), (Q_VRC, "rbar"), (Q_SRC
                      (Q_VRC_UNBIASED, "rbar"), (control.CQ, "omega"), (control.CGQ, "omega"), (DIFF_Q, "rbar"),
                      (RVI_Q, "rbar")):
     register(_alg, rate_field=_field)
+# The network learners (`continuing.deep`): rbar is their rate's, NaN-logged for dqn.
+for _alg in deep.LEARNERS:
+    register(_alg, rate_field="rbar" if _alg.centering is not None else None)

@@ -30,8 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax import threefry
-from bec_jax.control.continuing import learners
+from bec_jax import networks, replay, threefry
+from bec_jax.control.continuing import deep, learners
+from bec_jax.control.continuing.env import observation
 from bec_jax.control.continuing.spec import ContinuingSpec
 from bec_jax.control.loop import uniforms
 from bec_jax.control.transition import ControlTransition, q_values
@@ -49,6 +50,8 @@ OUTPUTS = ("reward_sum", "rate_estimate", "max_abs_w")  # (G, N, L) each; tabula
 # 80 ns of CPU in one batch of all, 49 ns in batches of 1,600, 56 ns of 800
 # (benchmarks/README.md, "Continuing control").
 BATCH_RUNS = 1600
+# Network learners' runs a step vectorises over at once (`deep_batch`).
+DEEP_BATCH_RUNS = 1_000_000
 
 
 def epsilon_greedy(u: jax.Array, q: jax.Array, epsilon) -> jax.Array:
@@ -139,6 +142,67 @@ def make_run(spec: ContinuingSpec, task=None):
     return run
 
 
+def make_deep_run(spec: ContinuingSpec, task=None):
+    """run(init_key, stream_key, cols) -> {output: array} of one run of a
+    network learner (`continuing.deep`): its T steps as a scan over the T /
+    P update periods (P = update_period), each an inner scan of P steps
+    (act on q(s, .), step the task, add the transition to the replay ring)
+    and then one update, so no step branches on the clock. The logs are
+    `make_run`'s, per block of K steps: the block's summed reward (each step
+    adds its reward to its block's slot, so a block need not hold whole
+    periods), rbar after the block's last update (NaN for dqn) and the
+    largest |weight| of the network then (NaN once it diverged).
+
+    Randomness: the task's reset and the actions as `make_run` draws them
+    (step t's key fold_in(stream key, t)); the network from fold_in(init key,
+    1); update u's batch from fold_in(fold_in(init key, 2), u). A run thus
+    depends on its seed and grid point only."""
+    task = task if task is not None else spec.make_task()
+    alg, st = spec.algorithm_def, spec.settings
+    dtype = jnp.dtype(spec.dtype)
+    K, L, P = spec.block_steps, spec.num_blocks, st.update_period
+    U = spec.steps // P
+    _, observe = observation(task)
+
+    def run(init_key, stream_key, cols):
+        g = jnp.asarray(cols["gamma"], dtype)
+        offset = jnp.asarray(cols["reward_offset"], dtype)
+        alpha = jnp.asarray(cols["alpha"], dtype)
+        eta = jnp.asarray(cols["eta"], dtype) if "eta" in cols else jnp.zeros((), dtype)
+        env = task.reset(init_key)
+        obs = observe(env).astype(dtype)
+        learner = deep.init(jax.random.fold_in(init_key, 1), st, obs, alpha, dtype)
+        update_key = jax.random.fold_in(init_key, 2)
+        logs = (jnp.zeros((L,), dtype), jnp.full((L,), jnp.nan, dtype), jnp.full((L,), jnp.nan, dtype))
+
+        def step(carry, t):
+            learner, env, obs, reward = carry
+            key = jax.random.fold_in(stream_key, t)
+            a = epsilon_greedy(uniforms(key), deep.q_values(st, learner.params, obs), cols["epsilon"])
+            env, r = task.step(threefry.fold_in(key, 1), env, a)
+            nxt = observe(env).astype(dtype)
+            r = jnp.asarray(r, dtype)
+            learner = learner._replace(replay=replay.replay_add(learner.replay, a, r + offset, nxt))
+            return (learner, env, nxt, reward.at[t // K].add(r)), None
+
+        def period(carry, u):
+            learner, env, obs, (reward, est, big) = carry
+            ts = u * P + jnp.arange(P, dtype=jnp.uint32)
+            (learner, env, obs, reward), _ = jax.lax.scan(step, (learner, env, obs, reward), ts)
+            learner = deep.update(alg, st, learner, jax.random.fold_in(update_key, u), alpha, eta, g)
+            block = ((u + 1) * P - 1) // K
+            rbar = learner.rate.rbar if alg.centering is not None else jnp.full((), jnp.nan, dtype)
+            est = est.at[block].set(rbar.astype(dtype))
+            big = big.at[block].set(networks.max_abs(learner.params).astype(dtype))
+            return (learner, env, obs, (reward, est, big)), None
+
+        (_, _, _, (reward, est, big)), _ = jax.lax.scan(
+            period, (learner, env, obs, logs), jnp.arange(U, dtype=jnp.uint32))
+        return {"reward_sum": reward, "rate_estimate": est, "max_abs_w": big}
+
+    return run
+
+
 def grid_inputs(spec: ContinuingSpec, indices: np.ndarray) -> dict:
     """The program's input for the grid points `indices`: each grid column
     (`ContinuingSpec.names`) as a (chunk,) array in the spec's dtype."""
@@ -160,6 +224,12 @@ def batch_runs(total: int, target: int | None = None) -> int:
     return target
 
 
+def deep_batch(spec: ContinuingSpec) -> int | None:
+    """Runs of a network learner a step vectorises over at once (None: the
+    linear learners' `BATCH_RUNS`): `DEEP_BATCH_RUNS`."""
+    return DEEP_BATCH_RUNS if deep.is_deep(spec.algorithm_def) else None
+
+
 def runs(spec: ContinuingSpec, seed, grid: dict, task=None) -> dict:
     """Every run of the grid points in `grid` (a dict of (G,) columns) for the
     spec's seeds: {output: (G, N, ...)}. The runs are one flat batch, grid
@@ -171,9 +241,9 @@ def runs(spec: ContinuingSpec, seed, grid: dict, task=None) -> dict:
     init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
     seed_index = jnp.tile(jnp.arange(N), G)
     cols = {n: jnp.repeat(v, N) for n, v in grid.items()}
-    run = make_run(spec, task)
+    run = (make_deep_run if deep.is_deep(spec.algorithm_def) else make_run)(spec, task)
     xs = (init_keys[seed_index], stream_keys[seed_index], cols)
-    batch = batch_runs(G * N)
+    batch = batch_runs(G * N, deep_batch(spec))
     if batch >= G * N:
         out = jax.vmap(run)(*xs)
     else:  # the runs in turn, `batch` at a time (a scan over vmapped batches; each run's bits are the same)
@@ -195,5 +265,5 @@ def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None)
     return Program(spec=spec, group=group, fn=jit_over_grid(program, mesh), chunk=chunk, mesh=mesh)
 
 
-__all__ = ["BATCH_RUNS", "OUTPUTS", "RATE_FIELDS", "batch_runs", "epsilon_greedy", "grid_inputs", "initial_weights", "make_program",
-           "make_run", "rate_field", "runs"]
+__all__ = ["BATCH_RUNS", "DEEP_BATCH_RUNS", "OUTPUTS", "RATE_FIELDS", "batch_runs", "deep_batch", "epsilon_greedy",
+           "grid_inputs", "initial_weights", "make_deep_run", "make_program", "make_run", "rate_field", "runs"]

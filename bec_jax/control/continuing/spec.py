@@ -17,7 +17,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from bec_jax.control.continuing import learners, tasks
+from bec_jax.control.continuing import deep, learners, tasks
+from bec_jax.control.continuing.env import observation
 from bec_jax.mdp import check_value_range
 from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
@@ -90,6 +91,11 @@ class ContinuingSpec:
         10% and 50% of a run are whole blocks). Default: steps / 100, or
         steps / 10 where 100 does not divide steps.
       dtype: "float32" or "float64" (the learner's arithmetic).
+      learner_params: a network learner's static settings (`continuing.deep.
+        SETTINGS`: hidden or layers, activation, buffer, batch, update_period,
+        sync_period, optimizer), each program's shape; resolved against the
+        task on construction (`continuing.deep.resolve_settings`: the defaults
+        filled in), so the spec records every setting. Linear learners take none.
     """
 
     KIND: ClassVar[str] = KIND  # which kind of run this is (`bec_jax.run.kinds`)
@@ -107,6 +113,7 @@ class ContinuingSpec:
     seed: int = 0
     seed_offset: int = 0
     dtype: str = "float32"
+    learner_params: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):  # noqa: C901  (a validator: one check a field)
         if not isinstance(self.task, str):
@@ -137,13 +144,49 @@ class ContinuingSpec:
             built = [self.make_task(params) for params in self.task_combinations()]
         except ImportError as e:  # an optional extra the task needs: one line, not a traceback
             raise ValueError(f"task: {e}") from None
-        shapes = {(t.num_actions, t.num_features, t.num_active, t.num_states) for t in built}
+        shapes = {(t.num_actions, t.num_features, t.num_active, t.num_states, t.observation_size) for t in built}
         if len(shapes) > 1:  # one program's arrays, and the results' Q tables, share one shape
             axes = ", ".join(f"task_params.{n}" for n in self.task_axes)
             raise ValueError(f"{axes}: every value must give a task of the same size (actions, features, "
-                             "states); run the sizes as separate sweeps")
-        if any(t.num_active == 0 for t in built) and any(v != 0 for v in self.hyperparameters["q0"]):
+                             "states, observations); run the sizes as separate sweeps")
+        if deep.is_deep(self.algorithm_def):
+            self._check_network(built[0])
+        elif self.learner_params:
+            raise ValueError(f"learner_params: {self.algorithm} is a linear learner and takes none; the network "
+                             f"learners ({', '.join(d.name for d in deep.LEARNERS)}) do")
+        elif any(t.num_active == 0 for t in built) and any(v != 0 for v in self.hyperparameters["q0"]):
             raise ValueError(f"q0: {self.task} has dense features, whose weights start at 0; give q0 = 0")
+
+    def _check_network(self, task) -> None:
+        """A network learner's settings against the task and the run's steps
+        (`learner_params` resolved in place: every setting recorded)."""
+        if not isinstance(self.learner_params, dict):
+            raise ValueError(f"learner_params: expected a table of settings, got {self.learner_params!r}")
+        obs = observation(task)
+        if obs is None:
+            raise ValueError(f"task: {self.task} gives no observation (observe) for a network learner; "
+                             "use a linear learner, or give the task an observe function")
+        st = deep.resolve_settings(task, self.learner_params, obs[0])
+        object.__setattr__(self, "learner_params", st.as_params())
+        P = st.update_period
+        if self.steps % P:
+            raise ValueError(f"steps: a multiple of learner_params.update_period ({P}): a run is whole update "
+                             f"periods; got {self.steps}")
+        if self.block_steps < P:
+            raise ValueError(f"log_every: at least learner_params.update_period ({P}) steps, so every log block "
+                             f"holds an update; got {self.block_steps}")
+        if any(v != 0 for v in self.hyperparameters["q0"]):
+            raise ValueError(f"q0: a network's initial values are its initialisation's; {self.algorithm} "
+                             "takes q0 = 0 only")
+
+    @functools.cached_property
+    def settings(self) -> deep.Settings:
+        """A network learner's resolved `continuing.deep.Settings` (ValueError for a linear learner)."""
+        task = self.make_task()
+        obs = observation(task)
+        if not deep.is_deep(self.algorithm_def) or obs is None:
+            raise ValueError(f"learner_params: {self.algorithm} is not a network learner")
+        return deep.resolve_settings(task, self.learner_params, obs[0])
 
     def _task_axes(self) -> dict:
         """{name: values} of the task parameters that are grid axes (`is_task_axis`), checked."""
@@ -313,6 +356,7 @@ class ContinuingSpec:
         """A JSON-ready dict; `from_dict` rebuilds the same spec."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["task_params"] = dict(self.task_params)
+        d["learner_params"] = dict(self.learner_params)
         d["hyperparameters"] = {k: list(v) for k, v in self.hyperparameters.items()
                                 if k not in LOOP_AXES and k not in self.task_axes}
         for name in LOOP_AXES:

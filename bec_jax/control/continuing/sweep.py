@@ -21,7 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bec_jax.control.continuing import program
+from bec_jax import networks, replay
+from bec_jax.control.continuing import deep, program
 from bec_jax.control.continuing.results import ContinuingResult
 from bec_jax.control.continuing.spec import ContinuingSpec
 from bec_jax.engine import execute, joint, memory
@@ -35,6 +36,8 @@ SERIAL_FUSIONS = True   # its programs are many small dependent steps (`tuning.C
 SEGMENTS = False        # a chunk runs every seed of its points in one call
 STATE_COPIES = 4        # live copies of the learner state in a step (the scans' carries, the update's)
 LOOP_BYTES = 256        # a run's loop state (task state, features, keys, the block's sums)
+NET_COPIES = 6          # a network learner's parameter copies: network, target, Adam's m and v, gradient, step
+UPDATE_ROW_UNITS = 4    # an update's live floats per row and unit: activations, their gradients, the target's pass
 _FRONT = sys.modules[__name__]  # this module: the front the engine is handed
 
 __all__ = ["KIND", "SEGMENTS", "SERIAL_FUSIONS", "assemble", "chunk_grid", "fingerprints",
@@ -42,12 +45,32 @@ __all__ = ["KIND", "SEGMENTS", "SERIAL_FUSIONS", "assemble", "chunk_grid", "fing
            "run_chunks", "run_many", "shared_programs", "sizes", "updates"]
 
 
+def deep_sizes(spec: ContinuingSpec) -> memory.Sizes:
+    """The memory plan's terms of a network learner's sweep: per run, the
+    replay ring (`replay.nbytes`), `NET_COPIES` copies of the network's
+    parameters (the network, its target, Adam's two moments, the gradient and
+    the step), an update's working arrays (`UPDATE_ROWS_BYTES` per row and
+    unit of its rows: the full ring's C + 1, or the batch), the loop state and
+    the logs; every run of a call is live at once (`program.DEEP_BATCH_RUNS`)."""
+    item = np.dtype(spec.dtype).itemsize
+    st = spec.settings
+    params = networks.num_params(st.layers) * item
+    work = st.rows * (UPDATE_ROW_UNITS * sum(st.layers[1:]) + 2 * st.layers[0]) * item
+    logs = spec.num_blocks * 3 * item
+    state = replay.nbytes(st.buffer, st.layers[0], item) + NET_COPIES * params
+    return memory.Sizes(item=item, metrics=0, state=state, per_run=state + work + LOOP_BYTES + 2 * logs,
+                        per_seed=32, report_stats=0, report_seed=0, finals=logs, carry=0, log_points=1,
+                        block_steps=spec.block_steps)
+
+
 def sizes(spec: ContinuingSpec) -> memory.Sizes:
     """This front's terms of the memory plan (`memory.Sizes`): per run, the
     learner state (a few live copies), the loop state and the logs (L blocks
     of three numbers, the scan's and the output's copies); as finals the Q
     table of a tabular task. No reports over seeds, nothing carried between
-    calls."""
+    calls. A network learner's: `deep_sizes`."""
+    if deep.is_deep(spec.algorithm_def):
+        return deep_sizes(spec)
     item = np.dtype(spec.dtype).itemsize
     task = max((spec.make_task(c) for c in spec.task_combinations()),  # the largest of the task axes' tasks
                key=lambda t: (t.num_features, t.num_states * t.num_actions))
@@ -64,6 +87,18 @@ def plan_memory(spec: ContinuingSpec, n_devices: int = 1, **kwargs) -> memory.Pl
     """`memory.plan` with this front's `sizes` (kwargs as its); refuses a plan
     in seed chunks, which this front does not run."""
     sz = sizes(spec)
+    one_point = memory.call_bytes(sz, 1, spec.seeds, 1, False)
+    budget = kwargs.get("memory_budget")
+    budget = memory.default_budget(kwargs.get("device") or jax.devices()[0]) if budget is None else int(budget)
+    if deep.is_deep(spec.algorithm_def) and one_point > budget:  # say what a network learner's run holds
+        st = spec.settings
+        ring = replay.nbytes(st.buffer, st.layers[0], sz.item)
+        raise memory.TooLarge(
+            f"memory_budget: one grid point's {spec.seeds} runs of {spec.algorithm} need about "
+            f"{memory.human(one_point)} of device memory (a run: a replay buffer of {st.buffer:,} transitions, "
+            f"{memory.human(ring)}; the update's working arrays over {st.rows:,} rows, "
+            f"{memory.human(sz.per_run - sz.state)}); the budget is {memory.human(budget)}; raise --memory-budget, "
+            "or lower learner_params.buffer or batch, or use fewer seeds")
     pl = memory.plan(spec, n_devices, sz=sz, **kwargs)
     if pl.segmented:
         raise memory.TooLarge(f"memory_budget: one grid point's {spec.seeds} seeds need about "
