@@ -50,8 +50,9 @@ Catch's features (`features=`), one block of weights per action
           point of that task, so it is Dancing Catch's only kind).
 
 Pendulum (`pendulum`): deterministic swing-up with three torques and csuite's
-sparse reward, tile-coded (cos, sin, velocity). Taxi (`taxi`): tabular, with
-its exact model (`taxi_model`).
+sparse reward, tile-coded (cos, sin, velocity); `pendulum(**NAIK_PENDULUM)` is
+Naik et al.'s variant (friction 0.3, torques x 2, a dense reward). Taxi
+(`taxi`): tabular, with its exact model (`taxi_model`).
 """
 from __future__ import annotations
 
@@ -291,6 +292,18 @@ def dancing_catch(*, rows: int = 10, columns: int = 5, spawn_probability: float 
 
 # ------------------------------------------------------------------- Pendulum
 
+PENDULUM_REWARDS = ("sparse", "dense")
+
+# Naik et al.'s continuing Pendulum (Reward Centering, RLC 2024): their csuite
+# fork's `csuite/environments/pendulum.py` (github.com/abhisheknaik96/csuite,
+# commit 520e83f) changes Google's defaults to friction 0.3
+# (`_FRICTION`), torques -2, 0, +2 (`_TORQUE_MULTIPLIER = 2`) and the dense
+# reward -(pi - angle)^2 - 0.1 velocity^2 (`reward_fn=dense_reward`), the
+# environment their experiments load (continuing-rl-exps, commit de89d49,
+# `experiments.py`: `csuite.load("pendulum", {})`). `pendulum(**NAIK_PENDULUM)`.
+NAIK_PENDULUM = {"friction": 0.3, "torque": 2.0, "reward": "dense"}
+
+
 class PendulumState(NamedTuple):
     """Pendulum's state: `angle` () float32 in [0, 2 pi) (0 hangs down) and
     `velocity` () float32, the angular velocity."""
@@ -310,7 +323,7 @@ def _real(field: str, value, *, low: float = -math.inf, strict: bool = False) ->
 def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_size: float = 0.05,
              act_step_period: int = 4, max_speed: float | None = None, reward_angle: float = 30.0,
              start_angle: float = 0.0, start_velocity: float = 0.0, num_tilings: int = 8, bins=(7, 7, 7),
-             velocity_bound: float = 10.0) -> ContinuingEnv:
+             velocity_bound: float = 10.0, torque: float = 1.0, reward: str = "sparse") -> ContinuingEnv:
     """csuite's continuing Pendulum with discrete torques
     (`csuite/environments/pendulum.py` at commit b74faed): theta'' = tau - mu
     theta' - g sin(theta), tau = action - 1 in {-1, 0, 1}, `act_step_period`
@@ -320,6 +333,12 @@ def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_si
     default; inf means the same). Sparse reward: 1 when the new angle is within `reward_angle`
     degrees of upright (pi), else 0. The start state is fixed (csuite's
     `start_from_bottom`: hanging at rest), so the task is deterministic.
+
+    Naik et al.'s variant (`NAIK_PENDULUM`): `torque` multiplies the three
+    torques (tau = torque * (action - 1)), and `reward="dense"` gives
+    -(pi - angle)^2 - 0.1 velocity^2 for the new angle in [0, 2 pi) and the
+    new (clipped) velocity (`reward_angle` then unused); the defaults (1.0,
+    "sparse") are csuite's task, unchanged.
 
     Features: tile coding of (cos, sin, velocity), Naik et al.'s Pendulum
     setting (8 tilings of 7^3), the velocity's box [-velocity_bound,
@@ -339,9 +358,13 @@ def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_si
     vb = _real("velocity_bound", velocity_bound, low=0.0, strict=True)
     t = positive_int("num_tilings", num_tilings)
     b = tiles.bins_tuple(bins, 3)
+    multiplier = _real("torque", torque)
+    if reward not in PENDULUM_REWARDS:
+        raise ValueError(f"reward: one of {', '.join(PENDULUM_REWARDS)}, got {reward!r}")
     params = {"friction": mu, "gravity": g, "simulation_step_size": dt, "act_step_period": period,
               "max_speed": max_speed if max_speed is None else vmax, "reward_angle": float(reward_angle),
-              "start_angle": a0, "start_velocity": v0, "num_tilings": t, "bins": list(b), "velocity_bound": vb}
+              "start_angle": a0, "start_velocity": v0, "num_tilings": t, "bins": list(b), "velocity_bound": vb,
+              "torque": multiplier, "reward": reward}
     two_pi = np.float32(2 * np.pi)
     low, high = np.array([-1, -1, -vb], np.float32), np.array([1, 1, vb], np.float32)
     k = tiles.num_tiles(b, 3, t)
@@ -352,7 +375,7 @@ def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_si
 
     def step(key, state, action):
         del key  # deterministic dynamics
-        tau = jnp.asarray(action, jnp.float32) - 1.0
+        tau = (jnp.asarray(action, jnp.float32) - 1.0) * np.float32(multiplier)  # x 1.0 is exact
 
         def euler(_, av):
             angle, vel = av
@@ -362,8 +385,12 @@ def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_si
         angle, vel = jax.lax.fori_loop(0, period, euler, (state.angle, state.velocity))
         angle = jnp.mod(angle, two_pi)
         vel = jnp.clip(vel, -vmax, vmax)
-        reward = ((np.pi - half < angle) & (angle < np.pi + half)).astype(jnp.float32)
-        return PendulumState(angle=angle.astype(jnp.float32), velocity=vel.astype(jnp.float32)), reward
+        if reward == "dense":  # the fork's dense_reward, of the new state
+            r = -jnp.square(np.float32(np.pi) - angle) - np.float32(0.1) * jnp.square(vel)
+        else:
+            r = (np.pi - half < angle) & (angle < np.pi + half)
+        next_state = PendulumState(angle=angle.astype(jnp.float32), velocity=vel.astype(jnp.float32))
+        return next_state, r.astype(jnp.float32)
 
     def state_features(s):
         x = jnp.stack([jnp.cos(s.angle), jnp.sin(s.angle), s.velocity]).astype(jnp.float32)
@@ -483,7 +510,7 @@ def taxi() -> ContinuingEnv:
                          num_states=TAXI_NUM_STATES, state_index=state_index, model=taxi_model)
 
 
-__all__ = ["CSUITE_COMMIT", "FEATURE_KINDS", "TAXI_NUM_STATES", "TAXI_SQUARES", "TAXI_WALLS", "WIND_DELTA",
-           "CatchState", "DancingState", "PendulumState", "TaxiState", "WindyState", "binary_board", "catch",
-           "dancing_catch", "fall", "lowest_ball", "pendulum", "taxi", "taxi_index", "taxi_model", "taxi_moves",
+__all__ = ["CSUITE_COMMIT", "FEATURE_KINDS", "NAIK_PENDULUM", "PENDULUM_REWARDS", "TAXI_NUM_STATES", "TAXI_SQUARES",
+           "TAXI_WALLS", "WIND_DELTA", "CatchState", "DancingState", "PendulumState", "TaxiState", "WindyState",
+           "binary_board", "catch", "dancing_catch", "fall", "lowest_ball", "pendulum", "taxi", "taxi_index", "taxi_model", "taxi_moves",
            "windy_catch"]

@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Callable
 
 from bec_jax.algorithms import lookup_callable, register_callable
-from bec_jax.control.continuing import csuite, tabular
+from bec_jax.control.continuing import csuite, puckworld, tabular
 from bec_jax.control.continuing.env import ContinuingEnv, check_env
 
 # name -> factory (keyword parameters -> ContinuingEnv).
@@ -87,6 +87,9 @@ register("dancing_catch", csuite.dancing_catch)
 register("pendulum", csuite.pendulum)
 register("taxi", csuite.taxi)
 # end of csuite's tasks
+
+# Naik et al.'s PuckWorld, from their csuite fork (bec_jax.control.continuing.puckworld)
+register("puckworld", puckworld.puckworld)
 
 
 __all__ = ["TASKS", "factory", "make", "names", "register"]
