@@ -46,6 +46,7 @@ from bec_jax import algorithms
 from bec_jax.control import algorithms as control_algorithms
 from bec_jax.control import sweep as control_sweep
 from bec_jax.control import tasks as control_tasks
+from bec_jax.control.continuing import deep
 from bec_jax.control.continuing import learners as continuing_learners
 from bec_jax.control.continuing import sweep as continuing_sweep
 from bec_jax.control.continuing import tasks as continuing_tasks
@@ -302,11 +303,27 @@ def test_continuing_program(task):
     assert_portable(_continuing_text(_continuing_spec(task, "q_vrc")))
 
 
-@pytest.mark.parametrize("name", [n for n in continuing_learners.names() if n != "rvi_q"])  # rvi_q: sparse only
+@pytest.mark.parametrize("name", [n for n in continuing_learners.names()  # rvi_q: sparse only
+                                  if n != "rvi_q" and not deep.is_deep(continuing_learners.get(n))])
 def test_continuing_program_with_dense_features(name):
     """Every continuing learner that takes dense features, on Catch's board: Q is a dot."""
     text = _continuing_text(_continuing_spec("catch", name, features="board"))
     assert dot_count(text) > 0
+    assert_portable(text)
+
+
+@pytest.mark.parametrize("name", [d.name for d in deep.LEARNERS])
+@pytest.mark.parametrize("batch", ["full", 4])
+def test_continuing_network_learner_program(name, batch):
+    """Every network learner's program (continuing.deep), full-batch and
+    sampled: its network's products (the acting, the update's passes and
+    their gradients) are dots at HIGHEST, no TF32 anywhere."""
+    spec = ContinuingSpec(task="catch", task_params={"features": "board"}, algorithm=name, seeds=2, steps=100,
+                          log_every=10, hyperparameters=_required(continuing_learners.get(name)),
+                          learner_params={"hidden": [8], "buffer": 16, "batch": batch, "update_period": 5,
+                                          "sync_period": 10})
+    text = _continuing_text(spec)
+    assert dot_count(text) >= 6  # act, target pass, network pass, and its two weight gradients per layer at least
     assert_portable(text)
 
 
