@@ -285,6 +285,55 @@ def read_meta(out_dir: str) -> dict | None:
     return meta if isinstance(meta, dict) else None
 
 
+def _npy_problem(path: str, f, size: int | None) -> str | None:
+    """Why the .npy data in the open file `f` (of `size` bytes, None: not
+    checked) cannot be read as an array, or None."""
+    try:
+        version = np.lib.format.read_magic(f)
+        shape, _, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0) else
+                           np.lib.format.read_array_header_2_0)(f)
+    except Exception as e:  # a bad magic string or header: ValueError, EOFError, SyntaxError, ...
+        return f"{os.path.basename(path)} has no readable .npy header ({type(e).__name__})"
+    need = f.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size is not None and size != need and not dtype.hasobject:
+        return f"{os.path.basename(path)} holds {size} bytes, its header says {need}"
+    return None
+
+
+def result_problem(out_dir: str) -> tuple[str, str] | None:
+    """(the file, why it cannot be read) of the first damaged file of the
+    result saved in `out_dir` (curves.npz: its zip directory, every member's
+    CRC and .npy header; meta.json; a large result's logs in curves/), or
+    None when every one reads. The files are read through, never loaded whole."""
+    import zipfile
+    path = os.path.join(out_dir, CURVES_FILE)
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+            if bad is not None:
+                return path, f"its member {bad} does not match its CRC"
+            for info in z.infolist():
+                with z.open(info) as f:
+                    why = _npy_problem(info.filename, f, info.file_size)
+                if why is not None:
+                    return path, why
+            on_disk = LOGS_MARKER + ".npy" in z.namelist()
+    except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, RuntimeError) as e:
+        return path, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+    if not isinstance((read_meta(out_dir) or {}).get("spec"), dict):
+        return os.path.join(out_dir, META_FILE), "not a JSON object with the run's spec"
+    for name in LOG_LAYOUT if on_disk else ():
+        log = log_path(out_dir, name)
+        try:
+            with open(log, "rb") as f:
+                why = _npy_problem(log, f, os.fstat(f.fileno()).st_size)
+        except OSError as e:
+            why = e.strerror or str(e)
+        if why is not None:
+            return log, why
+    return None
+
+
 def write_json(path: str, obj) -> None:
     """Writes `obj` as strict JSON (non-finite floats as null), atomically."""
     atomic_write(path, lambda f: json.dump(json_ready(obj), f, indent=1, allow_nan=False))

@@ -159,5 +159,19 @@ def of_dir(out_dir: str) -> Kind:
 def load_result(out_dir: str):
     """The result saved in `out_dir`, of whichever kind its spec names (a
     `SweepResult`, a `ControlResult`); `ValueError` naming `dirs` when there is
-    none or the kind is unknown."""
-    return of_dir(out_dir).result.load(out_dir)
+    none or the kind is unknown, or one line naming the damaged file (a
+    truncated curves.npz, say) and how to get the results back
+    (`rundir.damaged`): every reader of saved runs reads them here."""
+    import zipfile
+    import zlib
+
+    from bec_jax.files import result_problem
+    from bec_jax.run import rundir
+    kind = of_dir(out_dir)
+    try:
+        return kind.result.load(out_dir)
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as e:
+        found = result_problem(out_dir)
+        if found is None:  # not a damaged file (an address-space limit, say: its own line)
+            raise
+        raise rundir.damaged(out_dir, *found) from e

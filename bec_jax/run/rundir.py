@@ -540,6 +540,39 @@ class ChunkStore:
         _delete([p for p in files if os.path.dirname(p) != aside], dirs)
 
 
+def _resume_command(out_dir: str) -> str:
+    """`bec-jax run|control|continuing --out DIR --resume` for the chunk store in `out_dir`."""
+    import shlex
+    try:
+        with open(os.path.join(out_dir, CHUNKS_DIR, MANIFEST_FILE)) as f:
+            kind = json.load(f)["spec"].get("kind")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        kind = None
+    command = kind if kind in ("control", "continuing") else "run"
+    return f"bec-jax {command} --out {shlex.quote(out_dir)} --resume"
+
+
+def damaged(out_dir: str, path: str, why: str, field: str = "dirs") -> RunError:
+    """The one-line error for a run in `out_dir` whose saved result file
+    `path` cannot be read (`files.result_problem`), naming `field`, the file
+    and how to get the results back: `--resume` where the run's chunks are
+    still there, else running the sweep again (a study's sweep: the study
+    with --resume, once the damaged file is moved away)."""
+    import shlex
+    if ChunkStore(out_dir).exists():
+        todo = f"the run's chunks are still in {os.path.join(out_dir, CHUNKS_DIR)!r}: {_resume_command(out_dir)} " \
+               "writes the results again"
+    elif os.path.isfile(os.path.join(os.path.dirname(os.path.abspath(out_dir)), "study.json")):
+        study = os.path.dirname(os.path.normpath(out_dir)) or "."
+        todo = (f"its chunks are gone: move {path!r} away, then bec-jax study --out {shlex.quote(study)} --resume "
+                "computes that sweep again")
+    else:
+        spec = "" if os.path.basename(path) == "meta.json" else " (its spec is in meta.json)"
+        todo = (f"its chunks are gone (removed once the results were written): run the sweep again{spec}, into "
+                "another directory or with --overwrite")
+    return RunError(f"{field}: {path!r} is damaged ({why}); {todo}")
+
+
 def _delete(files: list, dirs: list) -> None:
     """Unlinks `files`, then removes `dirs` (deepest first) where empty; one
     already gone (another run's cleanup) is no error."""

@@ -1,0 +1,162 @@
+"""Readers of a damaged run (issue 54, item 5) and chunk files that must not
+prove themselves (item 9's first two surviving mutants). `plot`, `export`,
+`compare --stat iqm` and `status` of a run whose curves.npz was cut short or
+overwritten say so in one line, naming the file and the way back: `--resume`
+where the run's chunks are still there (then bit for bit a clean run's
+results), the study's `--resume` for a study's sweep, else running it again;
+nothing is written. A chunk whose data changed under its old checksum, and a
+chunk of the same sweep run at another chunk size, are set aside by a resume,
+which then gives a clean run's results bit for bit. Through the command line,
+in this process."""
+import json
+import os
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from bec_jax.cli import commands as cli
+
+jax.devices()  # one CPU device, before the in-process CLI calls below could make one per core
+
+GRID = 'env = "boyan_chain"\nalgorithm = "td"\nhyperparameters = {alpha = [0.01, 0.05, 0.1, 0.2]}\nseeds = 2\n' \
+       'steps = 40\nlog_every = 10\n'
+STUDY = "seeds = 2\nsteps = 40\nlog_every = 10\n[[sweep]]\nname = \"first\"\nenv = \"boyan_chain\"\n" \
+        "algorithm = \"td\"\nalpha = [0.01, 0.05, 0.1, 0.2]\n"
+RESULT_FILES = ["curves.npz", "meta.json", "summary.csv", "summary.json"]
+
+
+def _cli(argv, capsys):
+    code = cli.main([str(a) for a in argv])
+    cap = capsys.readouterr()
+    return code, cap.out, [x for x in cap.err.replace("\r", "\n").splitlines()
+                           if x.strip() and not x.startswith("[bec-jax] ")]
+
+
+def assert_same_results(a, b):
+    """curves.npz bit for bit and summary.json equal."""
+    with np.load(a / "curves.npz") as za, np.load(b / "curves.npz") as zb:
+        assert sorted(za.files) == sorted(zb.files)
+        for k in za.files:
+            assert za[k].dtype == zb[k].dtype and za[k].shape == zb[k].shape, k
+            assert np.array_equal(za[k], zb[k], equal_nan=za[k].dtype.kind == "f"), k
+    assert json.load(open(a / "summary.json")) == json.load(open(b / "summary.json"))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """ref: the sweep run in one go (chunk size 1); parts: every chunk of it
+    saved by one part of one (nothing assembled); two: its chunk 0 at chunk
+    size 2; study: a study of the same sweep."""
+    root = tmp_path_factory.mktemp("runs")
+    (root / "g.toml").write_text(GRID)
+    base = ["run", "--config", root / "g.toml"]
+    assert cli.main([str(a) for a in base + ["--out", root / "ref", "--chunk-size", "1"]]) == 0
+    assert cli.main([str(a) for a in base + ["--out", root / "parts", "--chunk-size", "1", "--chunks", "1/1"]]) == 0
+    assert cli.main([str(a) for a in base + ["--out", root / "two", "--chunk-size", "2", "--chunks", "1/1"]]) == 0
+    (root / "s.toml").write_text(STUDY)
+    assert cli.main(["study", str(root / "s.toml"), "--out", str(root / "study")]) == 0
+    assert sorted(os.listdir(root / "parts" / "chunks")) == [f"chunk_0000{i}.npz" for i in range(4)] + \
+        ["manifest.json"]
+    return root
+
+
+def _snapshot(d) -> dict:
+    return {os.path.relpath(os.path.join(p, f), d): open(os.path.join(p, f), "rb").read()
+            for p, _, fs in os.walk(d) for f in fs}
+
+
+def _flip(path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+# ------------------------------------------------------------------ item 5: readers of a damaged run
+
+def test_readers_of_a_truncated_curves_npz_give_one_line_and_write_nothing(runs, tmp_path, capsys):
+    pytest.importorskip("rliable")
+    pytest.importorskip("tensorboard")
+    d = tmp_path / "run"
+    shutil.copytree(runs / "ref", d)
+    os.truncate(d / "curves.npz", 1000)  # truncate -s 1000 RUN/curves.npz
+    before = _snapshot(d)
+    why = (f"{str(d / 'curves.npz')!r} is damaged (BadZipFile: File is not a zip file); its chunks are gone (removed "
+           "once the results were written): run the sweep again (its spec is in meta.json), into another directory "
+           "or with --overwrite")
+    for argv, field in ((["plot", d], "dirs"), (["export", d, "--to", "tensorboard", "--out", tmp_path / "tb"], "dirs"),
+                        (["compare", d, "--out", tmp_path / "f.png", "--stat", "iqm"], "dirs"),
+                        (["compare", d, "--out", tmp_path / "f.png"], "dirs"), (["status", d], "dir")):
+        code, out, err = _cli(argv, capsys)
+        assert code == 2 and out == "" and err == [f"bec-jax: error: {field}: {why}"], (argv, err)
+    assert _snapshot(d) == before and sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_a_damaged_result_whose_chunks_are_kept_says_resume_and_resumes_bit_for_bit(runs, tmp_path, capsys):
+    """The parts saved every chunk, and the result files are there with a
+    byte of curves.npz overwritten: the readers name the member whose CRC
+    fails and `--resume`; the resume writes a clean run's results."""
+    d = tmp_path / "run"
+    shutil.copytree(runs / "parts", d)
+    for f in RESULT_FILES:
+        shutil.copy(runs / "ref" / f, d / f)
+    _flip(d / "curves.npz", 2000)
+    code, _, err = _cli(["plot", d], capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"bec-jax: error: dirs: {str(d / 'curves.npz')!r} is damaged (its member "), err
+    assert err[0].endswith(f"does not match its CRC); the run's chunks are still in {str(d / 'chunks')!r}: "
+                           f"bec-jax run --out {d} --resume writes the results again"), err
+    code, _, err = _cli(["run", "--out", d, "--resume"], capsys)
+    assert code == 0 and err == [], err
+    assert_same_results(runs / "ref", d)
+    assert sorted(os.listdir(d)) == RESULT_FILES
+    code, _, err = _cli(["plot", d], capsys)
+    assert code == 0 and err == [], err
+
+
+def test_a_damaged_sweep_of_a_study_says_how_the_study_computes_it_again(runs, tmp_path, capsys):
+    s = tmp_path / "study"
+    shutil.copytree(runs / "study", s)
+    f = s / "first" / "curves.npz"
+    os.truncate(f, 1000)
+    code, _, err = _cli(["plot", s], capsys)
+    assert code == 2 and err == [f"bec-jax: error: dirs: {str(f)!r} is damaged (BadZipFile: File is not a zip file); "
+                                 f"its chunks are gone: move {str(f)!r} away, then bec-jax study --out {s} --resume "
+                                 "computes that sweep again"], err
+    shutil.move(f, tmp_path / "damaged.npz")  # as the line says
+    code, _, err = _cli(["study", "--out", s, "--resume"], capsys)
+    assert code == 0 and err == [], err
+    assert_same_results(runs / "study" / "first", s / "first")
+
+
+# ------------------------------------------------------------------ item 9: chunks that must not prove themselves
+
+def test_a_resume_sets_aside_a_changed_value_and_another_chunk_sizes_chunk(runs, tmp_path, capsys):
+    """Chunk 1 with one value changed (its _index, _fingerprint and _checksum
+    kept), and chunk 0 of the chunk-size-2 run of the same sweep put in as
+    chunk 0: both set aside, each in a line, byte for byte; the resumed run's
+    results a clean run's."""
+    d = tmp_path / "run"
+    shutil.copytree(runs / "parts", d)
+    c = d / "chunks"
+    with np.load(c / "chunk_00001.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    assert {"_index", "_fingerprint", "_checksum"} <= set(arrays)
+    key = next(k for k in sorted(arrays) if not k.startswith("_") and arrays[k].dtype.kind == "f")
+    flat = arrays[key].copy().reshape(-1)
+    flat[np.flatnonzero(np.isfinite(flat))[0]] += 1.0
+    arrays[key] = flat.reshape(arrays[key].shape)
+    np.savez(c / "chunk_00001.npz", **arrays)
+    shutil.copy(runs / "two" / "chunks" / "chunk_00000.npz", c / "chunk_00000.npz")
+    moved = {"chunk_00000.npz.1": (c / "chunk_00000.npz").read_bytes(),
+             "chunk_00001.npz.1": (c / "chunk_00001.npz").read_bytes()}
+    code, _, err = _cli(["run", "--out", d, "--resume"], capsys)
+    assert code == 0 and len(err) == 2, err
+    assert "chunk_00000.npz' belongs to another run (its spec, chunk size or model differ" in err[0], err
+    assert "chunk_00001.npz' does not match its checksum" in err[1], err
+    assert_same_results(runs / "ref", d)
+    aside = c / "set_aside"
+    assert sorted(os.listdir(aside)) == sorted(moved)
+    for name, data in moved.items():
+        assert (aside / name).read_bytes() == data, name
