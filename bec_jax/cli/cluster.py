@@ -118,8 +118,9 @@ def assemble_argv(args, command: str) -> list[str]:
 
 
 def _check_args(args) -> None:
-    if not args.parts:
+    if args.parts is None:
         raise UsageError("parts: --submit slurm needs --parts N (the number of parts of the job array)")
+    jobs.check_parts(args.parts)
     for name in _REFUSED:
         if getattr(args, name, None):
             raise UsageError(f"{name}: --submit runs the parts and the assembling job itself; leave --"

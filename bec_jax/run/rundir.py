@@ -485,6 +485,26 @@ class ChunkStore:
                              "truncated?)", [log]
         return arrays, None, []
 
+    def usable_chunks(self, num_chunks: int) -> frozenset:
+        """The indices (below `num_chunks`) of the finished chunk files a
+        resume would use: those that prove themselves as `load_done` checks
+        them (`_read_chunk`), read but neither loaded for a run nor set aside
+        (`bec-jax status` counts these). Junk, another chunk's or run's file
+        and a file whose data or logs changed are not counted."""
+        try:
+            names = os.listdir(self.dir)
+            self.fingerprint()
+        except (OSError, RunError):
+            return frozenset()
+        out = set()
+        for name in names:
+            if not _CHUNK_FILE.match(name):
+                continue
+            index = int(name[len("chunk_"):-len(".npz")])
+            if index < num_chunks and self._read_chunk(index, os.path.join(self.dir, name))[1] is None:
+                out.add(index)
+        return frozenset(out)
+
     def count_done(self) -> int:
         """How many finished chunk files the store holds (not read)."""
         return sum(1 for n in os.listdir(self.dir) if _CHUNK_FILE.match(n)) if os.path.isdir(self.dir) else 0

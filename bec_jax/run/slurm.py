@@ -16,6 +16,7 @@ stores) and asks `squeue` which parts are pending or running:
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -24,9 +25,10 @@ import shutil
 import subprocess
 import sys
 import time
+import unicodedata
 from typing import NamedTuple
 
-from bec_jax.files import CURVES_FILE, write_json
+from bec_jax.files import CURVES_FILE, result_problem, write_json
 from bec_jax.run import rundir
 
 SUBMIT_DIR = rundir.SUBMIT_DIR
@@ -34,34 +36,107 @@ RECORD_FILE = "submission.json"
 PARTS_SCRIPT, ASSEMBLE_SCRIPT = "parts.sh", "assemble.sh"
 ASSEMBLE_LOG = "assemble.log"
 STUDY_FILE = "study.json"
-# Options the scripts set themselves: a --slurm-option may not change them.
-OWN_OPTIONS = ("array", "output", "error", "chdir", "dependency", "parsable", "wrap", "input")
+# Options the scripts set themselves: a --slurm-option may not change them
+# (workdir: chdir's name in older Slurm).
+OWN_OPTIONS = ("array", "output", "error", "chdir", "workdir", "dependency", "parsable", "wrap", "input")
+# Options that change what sbatch itself does (block, submit nothing, print
+# something else than the job id): the submission reads the job id it prints.
+SBATCH_ONLY = ("wait", "test-only", "help", "usage", "version")
 _KEY = re.compile(r"^[a-z][a-z0-9-]*$")
-_CHUNK_FILE = re.compile(r"^chunk_(\d{5,})\.npz$")
+# A value written into an #SBATCH line as it is; any other is quoted (sbatch
+# groups a "..." argument and takes \\ and \" in it as \ and ").
+_PLAIN = re.compile(r"^[A-Za-z0-9_@%+=:,./~^-]+$")
 _ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "STAGE_OUT"}
 SBATCH_TIMEOUT_S = 60.0
+# The most parts of a submission: a job array of more tasks is beyond what
+# Slurm's MaxArraySize allows on most clusters, and a part owns a chunk or more.
+MAX_PARTS = 100_000
 
 
 class SubmitError(ValueError):
     """A submission that cannot be made: one line naming the field."""
 
 
+def check_parts(parts, field: str = "parts") -> int:
+    """`parts` if it is an integer in [1, MAX_PARTS]; `SubmitError` naming
+    `field` otherwise."""
+    if not isinstance(parts, int) or isinstance(parts, bool) or not 1 <= parts <= MAX_PARTS:
+        raise SubmitError(f"{field}: expected an integer from 1 to {MAX_PARTS} (the parts of a Slurm job array), "
+                          f"got {parts!r}")
+    return parts
+
+
+def has_control(text: str) -> bool:
+    """Whether `text` holds a newline or another control character (or a
+    Unicode line or paragraph separator): a job script cannot carry one in an
+    `#SBATCH` line or a command."""
+    return any(unicodedata.category(c) in ("Cc", "Zl", "Zp") for c in text)
+
+
+def _reserved(key: str) -> str | None:
+    """The option of the submission's own (or sbatch's own) that `key` names
+    for sbatch, or None: sbatch takes any unambiguous prefix of a long option
+    (`outp` is --output, `dep` --dependency), and refuses an ambiguous one."""
+    for name in OWN_OPTIONS + SBATCH_ONLY:
+        if name.startswith(key):
+            return name
+    return None
+
+
+def check_option(key: str, value: str | None, text=None) -> tuple[str, str | None]:
+    """(key, value) of an `#SBATCH --KEY[=VALUE]` line, checked: `SubmitError`
+    naming `slurm_option` for a malformed key, a value with a control
+    character, or a key that sbatch would read as one of the options the
+    submission sets itself (its prefixes included) or as one that changes
+    what sbatch itself does."""
+    text = f"{key}={value}" if text is None and value is not None else key if text is None else text
+    if not isinstance(key, str) or not _KEY.match(key) or (value is not None and (
+            not isinstance(value, str) or not value or has_control(value))):
+        raise SubmitError(f"slurm_option: expected KEY=VALUE with an sbatch option's long name, e.g. time=01:00:00 "
+                          f"or partition=gpu (or a bare flag such as exclusive), and a value without a newline or "
+                          f"other control character, got {text!r}")
+    name = _reserved(key)
+    if name is not None:
+        means = f"{key} abbreviates {name} for sbatch (it takes any unambiguous prefix), and {name}" \
+            if name != key else key
+        if name in SBATCH_ONLY:
+            raise SubmitError(f"slurm_option: {means} changes what sbatch itself does (one of "
+                              f"{', '.join(SBATCH_ONLY)}); the submission needs it to print the job id and return")
+        raise SubmitError(f"slurm_option: {means} is set by the submission itself (one of {', '.join(OWN_OPTIONS)})")
+    return key, value
+
+
 def parse_option(text: str) -> tuple[str, str | None]:
     """`--slurm-option`'s "KEY=VALUE" (or a bare "KEY" flag such as "exclusive")
     -> (key, value); `SubmitError` naming `slurm_option` for a malformed one or one
-    the scripts set themselves."""
+    the scripts set themselves (`check_option`)."""
     key, eq, value = str(text).partition("=")
     key = key.strip().lstrip("-")
-    if not _KEY.match(key) or "\n" in value or (eq and not value):
-        raise SubmitError(f"slurm_option: expected KEY=VALUE with an sbatch option's long name, e.g. time=01:00:00 "
-                          f"or partition=gpu (or a bare flag such as exclusive), got {text!r}")
-    if key in OWN_OPTIONS:
-        raise SubmitError(f"slurm_option: {key} is set by the submission itself (one of {', '.join(OWN_OPTIONS)})")
-    return key, value if eq else None
+    return check_option(key, value if eq else None, str(text))
+
+
+def _quoted(value: str) -> str:
+    """`value` as one argument of an `#SBATCH` line: as it is where it is
+    plain, else in double quotes with its backslashes and quotes escaped (a
+    space, a quote or a `#` would otherwise end it, or start a comment)."""
+    if _PLAIN.match(value):
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _directive(key: str, value: str | None = None) -> str:
+    return f"#SBATCH --{key}" + ("" if value is None else f"={_quoted(value)}")
 
 
 def _directives(options) -> list[str]:
-    return [f"#SBATCH --{k}" + ("" if v is None else f"={v}") for k, v in options]
+    return [_directive(*check_option(k, v)) for k, v in options]
+
+
+def _check_text(field: str, what: str, text: str, fix: str) -> None:
+    """`SubmitError` naming `field` where `text` (written into the scripts) holds a control character."""
+    if has_control(text):
+        raise SubmitError(f"{field}: {what} {text!r} holds a newline or another control character, which a job "
+                          f"script cannot carry; {fix}")
 
 
 def scripts(out: str, command: list[str], assemble: list[str], parts: int, options=(), *,
@@ -72,17 +147,25 @@ def scripts(out: str, command: list[str], assemble: list[str], parts: int, optio
     `out/slurm/`, and running in `cwd` (default: here) with `python` (default:
     this interpreter, so the jobs use this environment's bec_jax)."""
     python = python or sys.executable
+    _check_text("out", "the directory", str(out), "choose another --out")
+    if "\\" in str(out):  # Slurm reads a backslash in --output as "no %a": every part would share one log
+        raise SubmitError(f"out: the directory {out!r} holds a backslash, which turns off Slurm's %a in the parts' log names; "
+                          "choose another --out")
     cwd = os.path.abspath(cwd or os.getcwd())
-    logs = os.path.join(os.path.abspath(out), SUBMIT_DIR)
+    _check_text("submit", "the current directory", cwd, "submit from another directory")
+    _check_text("submit", "the Python interpreter", python, "run bec-jax with an interpreter of another path")
+    for tok in [*command, *assemble]:
+        _check_text("arguments", "the argument", str(tok), "leave it out of the command")
+    logs = os.path.join(os.path.abspath(out), SUBMIT_DIR).replace("%", "%%")  # %% is Slurm's own "%"
     name = "bec-jax-" + os.path.basename(os.path.normpath(os.path.abspath(out)))
-    head = ["#!/bin/bash", f"#SBATCH --chdir={cwd}"]
+    head = ["#!/bin/bash", _directive("chdir", cwd)]
     user_name = any(k == "job-name" for k, _ in options)
     run = lambda argv: "exec " + shlex.join([python, "-m", "bec_jax", *argv])  # noqa: E731
-    part = head + ([] if user_name else [f"#SBATCH --job-name={name}"]) + [
-        f"#SBATCH --array=1-{parts}", f"#SBATCH --output={logs}/part-%a.log", *_directives(options),
-        run(command) + f" --chunks ${{SLURM_ARRAY_TASK_ID}}/{parts}"]
-    last = head + ([] if user_name else [f"#SBATCH --job-name={name}-assemble"]) + [
-        f"#SBATCH --output={logs}/{ASSEMBLE_LOG}", *_directives(options), run(assemble)]
+    part = head + ([] if user_name else [_directive("job-name", name)]) + [
+        f"#SBATCH --array=1-{check_parts(parts)}", _directive("output", f"{logs}/part-%a.log"),
+        *_directives(options), run(command) + f" --chunks ${{SLURM_ARRAY_TASK_ID}}/{parts}"]
+    last = head + ([] if user_name else [_directive("job-name", f"{name}-assemble")]) + [
+        _directive("output", f"{logs}/{ASSEMBLE_LOG}"), *_directives(options), run(assemble)]
     return "\n".join(part) + "\n", "\n".join(last) + "\n"
 
 
@@ -113,13 +196,11 @@ def submit(out: str, command: list[str], assemble: list[str], parts: int, option
     records both in `out/slurm/submission.json` (with `again`, the `bec-jax`
     arguments that submit it all again); returns that record. Where the second
     submission fails, the array is cancelled (no part runs unassembled)."""
-    if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
-        raise SubmitError(f"parts: expected a positive integer, got {parts!r}")
+    part_text, last_text = scripts(out, command, assemble, parts, options)  # every value checked, nothing made
     check_can_submit()
     _retire(out)
     d = os.path.abspath(os.path.join(out, SUBMIT_DIR))
     os.makedirs(d, exist_ok=True)
-    part_text, last_text = scripts(out, command, assemble, parts, options)
     paths = {name: os.path.join(d, name) for name in (PARTS_SCRIPT, ASSEMBLE_SCRIPT)}
     for name, text in ((PARTS_SCRIPT, part_text), (ASSEMBLE_SCRIPT, last_text)):
         with open(paths[name], "w") as f:
@@ -141,8 +222,9 @@ def submit(out: str, command: list[str], assemble: list[str], parts: int, option
 def _retire(out: str) -> None:
     """Before a submission into `out` again: `SubmitError` while the earlier
     one's parts are pending or running (two parts would compute the same
-    chunks), and its assembling job cancelled (after a failed part it waits forever)."""
-    rec = read_record(out)
+    chunks), and its assembling job cancelled (after a failed part it waits forever).
+    A record that cannot be read is replaced (`bec-jax status` says to submit again)."""
+    rec = read_record(out, strict=False)
     queue = query_squeue([rec["array_job"], rec["assemble_job"]]) if rec else None
     if not queue:
         return
@@ -194,22 +276,26 @@ class Status(NamedTuple):
 
 
 def read_sweep(path: str) -> Sweep:
-    """`Sweep` of a sweep's directory: its manifest and chunk files as they are
-    on disk (names only: nothing is loaded or verified)."""
-    finished = os.path.isfile(os.path.join(path, CURVES_FILE))
-    store = os.path.join(path, rundir.CHUNKS_DIR)
+    """`Sweep` of a sweep's directory: its manifest and the chunk files a
+    `--resume` would use (`rundir.ChunkStore.usable_chunks`: each read and
+    checked, none loaded for a run or set aside). A results file that cannot
+    be read is `rundir.damaged`'s one line, naming it and the way back."""
+    if os.path.isfile(os.path.join(path, CURVES_FILE)):
+        found = result_problem(path)
+        if found is not None:
+            raise rundir.damaged(path, *found, field="dir")
+        return Sweep(path, True, None, frozenset())
+    store = rundir.ChunkStore(path)
     total = None
     try:
-        with open(os.path.join(store, rundir.MANIFEST_FILE)) as f:
-            total = int(json.load(f)["num_chunks"])
+        with open(store.manifest_path) as f:
+            total = json.load(f)["num_chunks"]
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    try:
-        names = os.listdir(store)
-    except OSError:
-        names = []
-    saved = frozenset(int(m.group(1)) for m in map(_CHUNK_FILE.match, names) if m)
-    return Sweep(path, finished, total, saved)
+    if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+        total = None  # as a resume would, which refuses such a manifest
+    saved = store.usable_chunks(total) if total else frozenset()
+    return Sweep(path, False, total, saved)
 
 
 def sweeps_of(out: str) -> tuple:
@@ -220,6 +306,9 @@ def sweeps_of(out: str) -> tuple:
         try:
             with open(study) as f:
                 names = [s["name"] for s in json.load(f)["sweeps"]]
+            bad = [n for n in names if not isinstance(n, str) or n in ("", ".", "..") or "/" in n or os.sep in n]
+            if bad:
+                raise ValueError(f"a sweep's name is not a directory's name: {bad[0]!r}")
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise SubmitError(f"dir: cannot read {study!r} ({e})") from None
         return tuple(read_sweep(os.path.join(out, n)) for n in names)
@@ -230,19 +319,28 @@ def sweeps_of(out: str) -> tuple:
     return (one,)
 
 
-def _owned(sweeps, k: int, n: int) -> tuple[int | None, int | None]:
-    """(saved, owned) chunks of part K of N over every sweep; (None, None) while
-    some unfinished sweep has no manifest yet."""
-    saved = owned = 0
+def _tallies(sweeps, n: int) -> list | None:
+    """[(chunks, {r: saved chunks i with i % n == r})] of every unfinished
+    sweep, or None while one of them has no manifest yet: each part's count
+    in O(1), however many parts and chunks there are."""
+    out = []
     for s in sweeps:
         if s.finished:
             continue
         if s.num_chunks is None:
-            return None, None
-        mine = {i for i in range(s.num_chunks) if i % n == k - 1}
-        owned += len(mine)
-        saved += len(mine & s.saved)
-    return saved, owned
+            return None
+        out.append((s.num_chunks, collections.Counter(i % n for i in s.saved)))
+    return out
+
+
+def _owned(tallies: list | None, k: int, n: int) -> tuple[int | None, int | None]:
+    """(saved, owned) chunks of part K of N over every sweep (`_tallies`); (None,
+    None) while some unfinished sweep has no manifest yet."""
+    if tallies is None:
+        return None, None
+    # Part K owns the chunks i < C with i % N == K - 1: ceil((C - K + 1) / N) of them.
+    owned = sum(max(0, (c - k + n) // n) for c, _ in tallies)
+    return sum(t[k - 1] for _, t in tallies), owned
 
 
 def query_squeue(jobs: list[str]) -> dict | None:
@@ -283,15 +381,15 @@ def _last_line(path: str) -> str | None:
     return lines[-1] if lines else ""
 
 
-def _part(out, sweeps, k: int, n: int, rec: dict | None, queue: dict | None) -> Part:
-    saved, owned = _owned(sweeps, k, n)
+def _part(out, tallies, k: int, n: int, rec: dict | None, queue: dict | None, logs: set) -> Part:
+    saved, owned = _owned(tallies, k, n)
     if queue is not None and rec is not None:
         state = queue.get(f"{rec['array_job']}_{k}")
         if state is not None and state[0] in _ACTIVE:
             return Part(k, state[0].lower(), saved, owned)
     if owned is not None and saved == owned:
         return Part(k, "done", saved, owned)
-    last = _last_line(os.path.join(out, SUBMIT_DIR, f"part-{k}.log"))
+    last = _last_line(os.path.join(out, SUBMIT_DIR, f"part-{k}.log")) if f"part-{k}.log" in logs else None
     if last is not None:
         return Part(k, "failed", saved, owned, last)
     return Part(k, "missing", saved, owned)
@@ -313,13 +411,43 @@ def _assembling(out, sweeps, rec: dict | None, queue: dict | None) -> str:
     return "not run (cancelled, or Slurm has forgotten it: a part failed?)" if queue is not None else "unknown"
 
 
-def read_record(out: str) -> dict | None:
-    """The submission record of `out` (`submit`), or None."""
+def _record_problem(rec) -> str | None:
+    """Why a submission record read back cannot be used, or None."""
+    if not isinstance(rec, dict):
+        return "not a JSON object"
     try:
-        with open(os.path.join(out, SUBMIT_DIR, RECORD_FILE)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        check_parts(rec.get("parts"))
+    except SubmitError as e:
+        return str(e)
+    for key in ("array_job", "assemble_job"):
+        if not isinstance(rec.get(key), str) or not rec[key].isdigit():
+            return f"{key}: expected a Slurm job id, got {rec.get(key)!r}"
+    again = rec.get("again")
+    if again is not None and (not isinstance(again, list) or not all(isinstance(a, str) for a in again)):
+        return f"again: expected the submission's arguments, got {again!r}"
+    return None
+
+
+def read_record(out: str, strict: bool = True) -> dict | None:
+    """The submission record of `out` (`submit`), or None where there is none.
+    One that cannot be read or holds bad values (parts that are not an integer
+    from 1 to MAX_PARTS, say) is `SubmitError` naming the file and what to do
+    (`strict`), or None."""
+    path = os.path.join(out, SUBMIT_DIR, RECORD_FILE)
+    try:
+        with open(path) as f:
+            rec = json.load(f)
+        why = _record_problem(rec)
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError) as e:  # unreadable, truncated: not JSON
+        why = f"{type(e).__name__}: {e}"
+    if why is None:
+        return rec
+    if not strict:
+        return None
+    raise SubmitError(f"dir: {path!r} is damaged ({why}); submit the same command again (each part keeps the "
+                      "chunks it saved), or move the file away and give --parts N to see the chunks alone")
 
 
 def status(out: str, parts: int | None = None) -> Status:
@@ -328,13 +456,18 @@ def status(out: str, parts: int | None = None) -> Status:
     submission's; None and no submission: no parts, the chunks alone)."""
     if not os.path.isdir(out):
         raise SubmitError(f"dir: {out!r} is not a directory")
-    if parts is not None and (not isinstance(parts, int) or parts < 1):
-        raise SubmitError(f"parts: expected a positive integer, got {parts!r}")
+    if parts is not None:
+        check_parts(parts)
     sweeps = sweeps_of(out)
     rec = read_record(out)
     n = parts or (rec or {}).get("parts")
     queue = query_squeue([rec["array_job"], rec["assemble_job"]]) if rec else None
-    got = tuple(_part(out, sweeps, k, n, rec, queue) for k in range(1, n + 1)) if n else ()
+    try:
+        logs = set(os.listdir(os.path.join(out, SUBMIT_DIR)))
+    except OSError:
+        logs = set()
+    tallies = _tallies(sweeps, n) if n else None
+    got = tuple(_part(out, tallies, k, n, rec, queue, logs) for k in range(1, n + 1)) if n else ()
     return Status(out, sweeps, got, _assembling(out, sweeps, rec, queue), rec, queue)
 
 
