@@ -9,6 +9,7 @@ logs too large to hold, through `NpyFile` in place.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
 import io
@@ -332,6 +333,22 @@ def result_problem(out_dir: str) -> tuple[str, str] | None:
         if why is not None:
             return log, why
     return None
+
+
+@contextlib.contextmanager
+def writing(what: str, where: str):
+    """Turns an OSError while writing `what` into `where` into one line (a
+    ValueError) naming `disk` for a full disk or quota, else `out`, the file
+    and the fix. Files written through `atomic_write` are whole or not there:
+    what was there before is kept."""
+    try:
+        yield
+    except OSError as e:
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        why = f"{e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+        fix = "free some space" if full else "make it writable or choose another place"
+        raise ValueError(f"{'disk' if full else 'out'}: cannot write {what} into {where!r}: {why}; the files already "
+                         f"there are as they were; {fix} and run the command again") from None
 
 
 def write_json(path: str, obj) -> None:

@@ -58,6 +58,7 @@ from bec_jax.cli.args import (
     spec_from_args,
     value,
 )
+from bec_jax.files import writing
 
 EXIT_USAGE = 2
 
@@ -399,8 +400,9 @@ def cmd_plot(args) -> int:
     cli_robust.check(args)
     results, paths = _open_results(args.dirs)
     out = args.out or os.path.join(args.dirs[0], "plots")
-    written = figures.plot_results(results, out, args.metric, _select(args.select), _confirmations(paths))
-    written += cli_robust.plot(args, results, out, _select(args.select)) if args.stat else []
+    with writing("the figures and tables", out):  # a full disk: one line
+        written = figures.plot_results(results, out, args.metric, _select(args.select), _confirmations(paths))
+        written += cli_robust.plot(args, results, out, _select(args.select)) if args.stat else []
     print(f"wrote {len(written)} files to {out}: " + ", ".join(os.path.basename(p) for p in written))
     return 0
 
@@ -416,11 +418,13 @@ def cmd_compare(args) -> int:
             raise UsageError(f"labels: {len(labels)} labels for {len(results)} runs")
         results = dict(zip(labels, results.values()))
     if args.stat or args.profile:
-        return cli_robust.compare(args, results, _select(args.select))
+        with writing("the figure", args.out):
+            return cli_robust.compare(args, results, _select(args.select))
     fig = figures.compare_figure(results, args.metric, args.title or "", _select(args.select))
     d, name = os.path.split(os.path.abspath(args.out))
     stem, ext = os.path.splitext(name)
-    paths = plotting.save_figure(fig, d, stem, formats=(ext.lstrip(".") or "png",))
+    with writing("the figure", args.out):
+        paths = plotting.save_figure(fig, d, stem, formats=(ext.lstrip(".") or "png",))
     print(f"wrote {paths[0]}")
     return 0
 

@@ -27,24 +27,40 @@ TensorBoard stores each scalar as a float32; W&B as the JSON of the float64.
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import importlib
+import itertools
 import json
 import math
 import os
+import re
 import shutil
+import socket
+import stat
+import tempfile
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from bec_jax.run import kinds
+from bec_jax.files import TMP_PREFIX, write_json
+from bec_jax.run import kinds, rundir
 
 TARGETS = ("tensorboard", "wandb")
 EXTRAS = {"tensorboard": ("TensorBoard", "tensorboard"), "wandb": ("Weights & Biases", "wandb")}
 MANIFEST = "bec_jax-export.json"  # what an export wrote: all that --overwrite may delete
 SUFFIX = ".bec_jax"  # the end of the event files written here
-_TB_MODULES = ("tensorboard.summary.writer.event_file_writer", "tensorboard.compat.proto.event_pb2",
-               "tensorboard.compat.proto.summary_pb2", "tensorboard.plugins.hparams.summary_v2")
+STAGE_PREFIX = TMP_PREFIX + "export-"  # OUT/.tmp-export-*: an export being written, moved into place once whole
+# The names an export gives (all that --overwrite deletes, where the manifest lists them with their sha256):
+_TB_NAME = re.compile(r"^events\.out\.tfevents\.[^/]+" + re.escape(SUFFIX) + "$")
+_WB_DIR = re.compile(r"^wandb/offline-run-\d{8}_\d{6}-[a-z0-9]+$")
+_WB_RECORD = re.compile(r"^run-[a-z0-9]+\.wandb$")
+_WB_LINKS = ("latest-run", "debug.log", "debug-internal.log")  # W&B's links in OUT/wandb to its latest run
+_STAGE = re.compile(r"^" + re.escape(STAGE_PREFIX) + r"[A-Za-z0-9_]+$")
+_TB_MODULES = ("tensorboard.summary.writer.event_file_writer", "tensorboard.summary.writer.record_writer",
+               "tensorboard.compat.proto.event_pb2", "tensorboard.compat.proto.summary_pb2",
+               "tensorboard.plugins.hparams.summary_v2")
 
 
 @dataclass
@@ -74,14 +90,19 @@ class Record:
 def require(to: str):
     """The module `to` writes with (`wandb`; TensorBoard's event file writer),
     imported with the others it needs; `ValueError` in one line naming `to` for
-    another target, or naming the `pip install` that brings a missing extra."""
+    another target, or naming the `pip install` that brings a missing extra or
+    mends one that fails as it imports."""
     if to not in TARGETS:
         raise ValueError(f"to: unknown target {to!r}; known: {', '.join(TARGETS)}")
     label, extra = EXTRAS[to]
     try:
         mods = [importlib.import_module(name) for name in (_TB_MODULES if to == "tensorboard" else ("wandb",))]
-    except ImportError:
+    except ModuleNotFoundError:
         raise ValueError(f"export: --to {to} needs {label}: pip install 'bec_jax[{extra}]'") from None
+    except Exception as e:  # installed, but fails as it imports (a broken or clashing version): any exception
+        first = (str(e).splitlines() or [""])[0]
+        raise ValueError(f"export: --to {to}: {label} does not import here ({type(e).__name__}: {first}); "
+                         f"pip install --force-reinstall 'bec_jax[{extra}]' brings a version that works") from None
     return mods[0]
 
 
@@ -173,41 +194,150 @@ def _by_step(rec: Record) -> dict[int, dict[str, float]]:
 
 # ------------------------------------------------------------------ the output folder
 
-def _inside(out: str, rel) -> str | None:
-    """`out`/`rel` if `rel` is a relative path that stays inside `out`, else None."""
-    if not isinstance(rel, str) or not rel or os.path.isabs(rel):
+def _sha256(path: str, n: int | None = None) -> str:
+    """sha256 of the file at `path` (of its first `n` bytes)."""
+    h = hashlib.sha256()
+    left = n if n is not None else float("inf")
+    with open(path, "rb") as f:
+        while left > 0:
+            block = f.read(int(min(left, 1 << 20)))
+            if not block:
+                break
+            h.update(block)
+            left -= len(block)
+    return h.hexdigest()
+
+
+def _proof(path: str, n: int | None = None) -> tuple[str, int] | None:
+    """(sha256, bytes) a manifest records for an exported entry: an event
+    file's, whole; a W&B run folder's run record (its one `run-<id>.wandb`,
+    a log W&B only appends to, and may still, just after a run has finished:
+    its first `n` bytes where `n` is given; its logs and `wandb sync`'s marker
+    are not part of it). None where there is no such record, or a shorter one."""
+    if not os.path.isdir(path):
+        return _sha256(path), os.path.getsize(path)
+    runs = [name for name in os.listdir(path) if _WB_RECORD.match(name)]
+    record = os.path.join(path, runs[0]) if len(runs) == 1 else None
+    if record is None or os.path.islink(record) or not os.path.isfile(record):
         return None
-    root = os.path.realpath(out)
-    path = os.path.realpath(os.path.join(out, rel))
-    return path if path.startswith(root + os.sep) else None
+    size = os.path.getsize(record)
+    if n is None:
+        n = size
+    return (_sha256(record, n), n) if size >= n else None
+
+
+def _listed_path(out: str, rel, proof) -> str | None:
+    """The path of entry `rel` of an earlier export's manifest in `out`, to
+    delete, or None where it is gone; `ValueError` naming `out`, before anything
+    is deleted, unless it is one an export writes: a name an export gives (an
+    event file `events.out.tfevents.*.bec_jax`, a W&B folder
+    `wandb/offline-run-*`), inside `out` through no link, of that kind, with
+    the sha256 the manifest records for it (`proof`: its sha256 and bytes)."""
+    def refuse(why: str) -> ValueError:
+        return ValueError(f"out: {os.path.join(out, MANIFEST)!r} lists {rel!r}, {why}; --overwrite deletes only what "
+                          f"an export wrote: move it (or the manifest) away and export again")
+
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or os.path.normpath(rel) != rel or \
+            rel.split(os.sep)[0] == "..":
+        raise refuse("which is not a path inside it")
+    folder = _WB_DIR.match(rel) is not None
+    if not folder and not _TB_NAME.match(os.path.basename(rel)):
+        raise refuse("which is not a name an export gives")
+    path = os.path.join(out, rel)
+    parent = os.path.dirname(rel)
+    if os.path.realpath(os.path.join(out, parent)) != os.path.normpath(os.path.join(os.path.realpath(out), parent)):
+        raise refuse("which is reached through a link")
+    if not os.path.lexists(path):
+        return None
+    kind = os.lstat(path).st_mode
+    if not (stat.S_ISDIR(kind) if folder else stat.S_ISREG(kind)):
+        raise refuse(f"which is not {'a folder' if folder else 'a file'} (as the export wrote it)")
+    sha, n = proof
+    if not isinstance(sha, str) or not isinstance(n, int) or isinstance(n, bool) or n < 0 or \
+            _proof(path, n if folder else None) != (sha, n):
+        raise refuse("whose sha256 is not the one the export recorded (changed since, or not written by it)")
+    return path
+
+
+def previous(out: str) -> dict[str, tuple]:
+    """{path: (sha256, bytes)} of what an earlier export into `out` wrote and
+    that is still there (`_listed_path` checks each: a manifest that lists
+    anything else is `ValueError` naming `out`, before anything is deleted);
+    {} without a manifest."""
+    path = os.path.join(out, MANIFEST)
+    if not os.path.lexists(path):
+        return {}
+    try:
+        with open(path) as f:
+            m = json.load(f)
+        listed, sums, sizes = m["written"], m.get("sha256"), m.get("bytes")
+        if not isinstance(listed, list) or not isinstance(sums, dict) or not isinstance(sizes, dict):
+            raise ValueError("no list of written files with their sha256 and bytes")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"out: cannot read {path!r} ({e}); move it and what it lists away, or export into "
+                         "another --out") from None
+    got = {}
+    for rel in listed:
+        proof = (sums.get(rel), sizes.get(rel)) if isinstance(rel, str) else (None, None)
+        p = _listed_path(out, rel, proof)
+        if p is not None:
+            got[p] = proof
+    return got
 
 
 def forget_previous(out: str) -> int:
-    """Deletes what an earlier export into `out` wrote (the paths its manifest
-    lists, each one inside `out`) and nothing else; returns how many it deleted."""
-    try:
-        with open(os.path.join(out, MANIFEST)) as f:
-            listed = json.load(f).get("written", [])
-    except (OSError, ValueError, AttributeError):
-        return 0
-    n = 0
-    for rel in listed if isinstance(listed, list) else []:
-        path = _inside(out, rel)
-        if path is None or not os.path.lexists(path):
-            continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
+    """Deletes what an earlier export into `out` wrote (`previous`: only what
+    its manifest lists and proves to be an export's) and the folders that
+    leaves empty; returns how many entries it deleted."""
+    paths = list(previous(out))
+    _delete(out, paths)
+    return len(paths)
+
+
+def _delete(out: str, paths: list[str]) -> None:
+    """Deletes exported entries (`previous`), then their folders left empty, up to `out`."""
+    root = os.path.abspath(out)
+    for p in paths:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)  # a W&B run folder: links inside are removed, never followed
         else:
-            os.unlink(path)
-        n += 1
-    return n
+            os.unlink(p)
+        d = os.path.dirname(os.path.abspath(p))
+        while d != root and d.startswith(root + os.sep):
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+            d = os.path.dirname(d)
 
 
-def _write_manifest(out: str, to: str, written: list[str]) -> None:
-    """Lists in `out` what this export wrote (relative paths), for a later --overwrite."""
-    rel = [os.path.relpath(p, out) for p in written]
-    with open(os.path.join(out, MANIFEST), "w") as f:
-        json.dump({"to": to, "written": rel}, f, indent=1)
+def _manifest(out: str, to: str, entries: dict) -> None:
+    """Lists in `out` what exports wrote there ({relative path: (sha256,
+    bytes)}, `_proof`), for a later --overwrite."""
+    write_json(os.path.join(out, MANIFEST), {"to": to, "written": list(entries),
+                                             "sha256": {k: v[0] for k, v in entries.items()},
+                                             "bytes": {k: v[1] for k, v in entries.items()}})
+
+
+def _remove_stages(out: str) -> None:
+    """Removes the folders of exports into `out` cut short (a kill -9), under its lock."""
+    for name in os.listdir(out):
+        path = os.path.join(out, name)
+        if _STAGE.match(name) and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _place(out: str, stage: str, rels: list[str]) -> None:
+    """Moves the entries `rels` written into `stage` to the same places in
+    `out`, and W&B's own links to its latest run (where `out` has none, or one
+    to replace)."""
+    for rel in rels:
+        os.makedirs(os.path.dirname(os.path.join(out, rel)), exist_ok=True)
+        os.replace(os.path.join(stage, rel), os.path.join(out, rel))
+    for name in _WB_LINKS:
+        src, dst = os.path.join(stage, "wandb", name), os.path.join(out, "wandb", name)
+        if os.path.islink(src) and (os.path.islink(dst) or not os.path.lexists(dst)):
+            os.replace(src, dst)
 
 
 # ------------------------------------------------------------------ TensorBoard
@@ -234,16 +364,27 @@ def _hparams_config(hp, recs: list[Record]):
     return hp.hparams_config_pb(params, [hp.Metric(t) for t in tags])
 
 
-def _new_event_file(writer_cls, logdir: str, events: list) -> str:
-    """Writes `events` into a new event file in `logdir`; returns its path."""
+_EVENT_FILES = itertools.count()  # tells apart the event files this process writes in one second
+
+
+def _new_event_file(pb, logdir: str, events: list) -> str:
+    """Writes `events` into a new event file in `logdir` (named as
+    TensorBoard's EventFileWriter names it, its file-version event first, in
+    TensorBoard's record format) and onto the disk; returns its path. Written
+    here in this thread, not by EventFileWriter's own thread: a write that
+    fails (a full disk) raises here, and is one line, not a thread's traceback."""
     os.makedirs(logdir, exist_ok=True)
-    before = set(os.listdir(logdir))
-    w = writer_cls(logdir, filename_suffix=SUFFIX)
-    for e in events:
-        w.add_event(e)
-    w.close()
-    (name,) = [f for f in os.listdir(logdir) if f not in before and f.endswith(SUFFIX)]
-    return os.path.join(logdir, name)
+    name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_EVENT_FILES)}"
+    path = os.path.join(logdir, name + SUFFIX)
+    first = pb.event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2",
+                               source_metadata=pb.event_pb2.SourceMetadata(writer="bec_jax.run.export"))
+    with open(path, "xb") as f:  # x: never over a file that is there
+        w = pb.RecordWriter(f)
+        for e in [first, *events]:
+            w.write(e.SerializeToString())
+        f.flush()
+        os.fsync(f.fileno())
+    return path
 
 
 def write_tensorboard(recs: list[Record], out: str) -> list[str]:
@@ -257,17 +398,17 @@ def write_tensorboard(recs: list[Record], out: str) -> list[str]:
 
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.hparams import summary_v2 as hp
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-    pb = SimpleNamespace(event_pb2=event_pb2, summary_pb2=summary_pb2)
+    from tensorboard.summary.writer.record_writer import RecordWriter
+    pb = SimpleNamespace(event_pb2=event_pb2, summary_pb2=summary_pb2, RecordWriter=RecordWriter)
     wall = time.time()
-    written = [_new_event_file(EventFileWriter, out, [event_pb2.Event(wall_time=wall, summary=_hparams_config(hp, recs))])]
+    written = [_new_event_file(pb, out, [event_pb2.Event(wall_time=wall, summary=_hparams_config(hp, recs))])]
     for rec in recs:
         trial = f"{rec.sweep}/{rec.name}"
         events = [event_pb2.Event(wall_time=wall, summary=hp.hparams_pb(rec.hparams, trial, wall))]
         events += [_scalars_event(pb, s, vals, wall) for s, vals in _by_step(rec).items()]
         if rec.finals:
             events.append(_scalars_event(pb, 0, rec.finals, wall))
-        written.append(_new_event_file(EventFileWriter, os.path.join(out, rec.sweep, rec.name), events))
+        written.append(_new_event_file(pb, os.path.join(out, rec.sweep, rec.name), events))
     return written
 
 
@@ -336,16 +477,61 @@ def write_wandb(recs: list[Record], out: str, project: str = "bec_jax") -> list[
     return written
 
 
+def _write(recs: list[Record], to: str, out: str, project: str, done: list) -> None:
+    """`export`'s writing, under `out`'s lock: the export into a folder of its
+    own in `out`, then, once all of it is written, the earlier export deleted
+    and this one moved into place (`done` gets True from then on)."""
+    _remove_stages(out)
+    old = previous(out)  # checked before anything is written or deleted
+    stage = tempfile.mkdtemp(dir=out, prefix=STAGE_PREFIX)
+    try:
+        written = write_tensorboard(recs, stage) if to == "tensorboard" else write_wandb(recs, stage, project)
+        new = {os.path.relpath(p, stage): _proof(p) or (None, None) for p in written}
+        for rel in new:
+            dst = os.path.join(out, rel)
+            if os.path.lexists(dst) and dst not in old:
+                raise ValueError(f"out: {dst!r} is in the way of the export; move it away and export again")
+        kept = {os.path.relpath(p, out): proof for p, proof in old.items()}
+        _manifest(out, to, {**kept, **new})  # lists everything that may be there, whatever happens next
+        done.append(True)
+        _delete(out, list(old))
+        _place(out, stage, list(new))
+        _manifest(out, to, new)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def export(results: dict, to: str, out: str, per_seed: bool = False, project: str = "bec_jax") -> list[Record]:
     """Writes {sweep name: result} to `to` ("tensorboard" or "wandb") in `out`
-    (made if missing), after deleting what an earlier export there listed in
-    its manifest; lists what it wrote in `out`'s manifest. Returns the records."""
+    (made if missing) and returns the records. One export (or run) at a time
+    writes `out` (`rundir.lock_dir`). The export is written into a folder of
+    its own inside `out` first: only once all of it is written is what an
+    earlier export there listed in its manifest deleted (`previous`) and the
+    new one moved into place and listed, with each entry's sha256. An export
+    that cannot be written (a full disk) is one line, and leaves `out` as it
+    was (not there, when it made it)."""
     require(to)
     if to == "wandb":
         check_project(project)
     recs = records(results, per_seed)
+    made = not os.path.lexists(out)
     os.makedirs(out, exist_ok=True)
-    forget_previous(out)
-    written = write_tensorboard(recs, out) if to == "tensorboard" else write_wandb(recs, out, project)
-    _write_manifest(out, to, written)
+    placed: list = []
+    try:
+        rundir.lock_dir(out)
+        _write(recs, to, out, project, placed)
+    except OSError as e:
+        field = "disk" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "out"
+        if placed:  # deleting or moving in `out`
+            what = f"{e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+            state = f"what it has written is listed in {os.path.join(out, MANIFEST)!r}; export again with --overwrite"
+        else:  # the file named is in the folder of this export, which is gone
+            what, state = e.strerror or str(e), f"nothing of it is kept, and {out!r} is as it was; " + \
+                ("free some space and export again" if field == "disk" else "make it writable and export again")
+        raise ValueError(f"{field}: cannot write the export into {out!r}: {what}; {state}") from None
+    finally:
+        rundir.unlock_dir(out)
+        if made and not placed:
+            with contextlib.suppress(OSError):
+                os.rmdir(out)  # only where empty
     return recs

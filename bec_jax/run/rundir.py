@@ -112,6 +112,29 @@ def lock_dir(out: str) -> None:
     _remove_temporary(key)
 
 
+def check_not_writing(out: str, field: str = "dirs") -> None:
+    """`RunError` naming `field` while another process holds `lock_dir`'s lock
+    on `out` (a run writing it: its files are about to change), for readers.
+    The lock file is opened read-only and never made: a reader writes nothing."""
+    key = os.path.abspath(out)
+    if fcntl is None or key in _HELD:
+        return
+    path = os.path.join(key, LOCK_FILE)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return  # no lock file: no run
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise RunError(f"{field}: a bec-jax run is writing to {out!r} (it holds {path!r}); wait for it to finish, "
+                       "then read it") from None
+    except OSError:
+        pass  # a file system without flock: unguarded, as runs are
+    finally:
+        os.close(fd)
+
+
 def unlock_dir(out: str) -> None:
     """Releases `lock_dir`'s lock (if this process holds it), once leftover
     temporary files at `out`'s top level are removed; removes the lock file."""
