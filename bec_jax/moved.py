@@ -44,6 +44,12 @@ MOVED = {
     "bec_jax.catalog": "bec_jax.cli.catalog",
 }
 
+# Names that moved out of a module that stays: (old module, name) -> the new
+# module that holds it. The old module's `__getattr__` asks `attribute`, so it
+# needs no import of the new home (`prediction.results` would otherwise import
+# the table of kinds above it).
+MOVED_NAMES = {("bec_jax.prediction.results", "load_result"): "bec_jax.run.kinds"}
+
 # The old `bec_jax.analysis` namespace: its own names, then those it star-imported.
 ANALYSIS_PARTS = ("bec_jax.theory.expected_updates", "bec_jax.theory.fixpoints", "bec_jax.theory.metrics",
                   "bec_jax.theory.mean_square")
@@ -80,6 +86,16 @@ def _analysis_module() -> types.ModuleType:
 
     mod.__getattr__ = __getattr__
     return mod
+
+
+def attribute(module: str, name: str):
+    """`name` of the old `module` where it lives now (`MOVED_NAMES`), warning
+    once; AttributeError, as a module's own would say, for any other name."""
+    home = MOVED_NAMES.get((module, name))
+    if home is None:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    warn(f"{module}.{name}", f"{home}.{name}", stacklevel=4)
+    return getattr(importlib.import_module(home), name)
 
 
 def resolve(old: str) -> types.ModuleType:

@@ -152,12 +152,14 @@ LAYERS = [
     ("results and specs", ["bec_jax.prediction.results", "bec_jax.control.results", "bec_jax.prediction.spec",
                            "bec_jax.control.spec", "bec_jax.control.continuing.results",
                            "bec_jax.control.continuing.spec"]),
-    ("theory and agents", ["bec_jax.theory*", "bec_jax.agents*"]),
+    ("theory", ["bec_jax.theory*"]),
+    # The agents' functions are updates too (jax and algorithms.base only): the network learners use them.
     ("models, samplers, updates", ["bec_jax.envs*", "bec_jax.prediction.sampling", "bec_jax.algorithms*",
-                                   "bec_jax.control*"]),
+                                   "bec_jax.control*", "bec_jax.agents*"]),
     ("engine", ["bec_jax.engine*"]),
     ("core", ["bec_jax", "bec_jax.mdp", "bec_jax.threefry", "bec_jax.transition", "bec_jax.schedules",
-              "bec_jax.provenance", "bec_jax.stats", "bec_jax.files", "bec_jax.moved"]),
+              "bec_jax.provenance", "bec_jax.stats", "bec_jax.files", "bec_jax.moved", "bec_jax.networks",
+              "bec_jax.replay"]),
 ]
 FRONTS = ("bec_jax.prediction", "bec_jax.control")  # and every front to come
 CORE = LAYERS[-1][1]

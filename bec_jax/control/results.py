@@ -10,26 +10,20 @@ last finished episode and is counted as incomplete.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from bec_jax.control.grid import GridResult
 from bec_jax.control.spec import KIND as CONTROL_KIND
 from bec_jax.control.spec import ControlSpec
 from bec_jax.files import (
     CURVES_FILE,
     GRID_PREFIX,
-    META_FILE,
-    SUMMARY_CSV,
-    SUMMARY_FILE,
-    atomic_write,
-    csv_text,
     finite_or_none,
     import_pandas,
     read_meta,
-    write_json,
 )
 from bec_jax.stats import t_half_width_of, t_interval
 
@@ -44,7 +38,7 @@ def values_text(values: dict) -> str:
 
 
 @dataclass
-class ControlResult:
+class ControlResult(GridResult):
     """Everything one control sweep reports.
 
     Attributes:
@@ -63,6 +57,7 @@ class ControlResult:
     """
 
     KIND = CONTROL_KIND  # the kind of sweep, as its spec's "kind" names it
+    RUNS = "returns"  # (G, N, E): `GridResult`'s sizes
 
     spec: object
     grid: dict
@@ -73,34 +68,10 @@ class ControlResult:
     meta: dict = field(default_factory=dict)
     spec_dict: dict | None = None
 
-    def __post_init__(self):
-        if self.spec_dict is None and self.spec is not None:
-            self.spec_dict = self.spec.to_dict()
-
-    # -- views -------------------------------------------------------------------
-    @property
-    def task(self) -> str:
-        return self.spec_dict["task"]
-
-    @property
-    def algorithm(self) -> str:
-        return self.spec_dict["algorithm"]
-
-    @property
-    def num_points(self) -> int:
-        return self.returns.shape[0]
-
-    @property
-    def seeds(self) -> int:
-        return self.returns.shape[1]
-
+    # -- views (and `GridResult`'s: task, algorithm, num_points, seeds, point, select) ----------
     @property
     def episodes(self) -> int:
         return self.returns.shape[2]
-
-    def point(self, i: int) -> dict:
-        """{column: value} of grid point i."""
-        return {n: float(v[i]) for n, v in self.grid.items()}
 
     @property
     def episodes_done(self) -> np.ndarray:
@@ -186,21 +157,6 @@ class ControlResult:
                              "or did not finish its episodes within max_steps")
         return int(np.nanargmin(a) if BETTER[stat] == "lower" else np.nanargmax(a))
 
-    def select(self, **values) -> np.ndarray:
-        """(G,) True where every given grid column equals the given value."""
-        mask = np.ones(self.num_points, bool)
-        for n, v in values.items():
-            if n not in self.grid:
-                raise ValueError(f"{n}: not a grid column; columns: {', '.join(self.grid)}")
-            col = np.asarray(self.grid[n])
-            if col.dtype.kind not in "fiu":  # a column of names (a task parameter such as features)
-                mask &= col == v
-            elif isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
-                raise ValueError(f"{n}: expected a number, got {v!r}")
-            else:
-                mask &= np.isclose(col, v)
-        return mask
-
     def take(self, mask: np.ndarray) -> ControlResult:
         """The result restricted to the grid points where `mask` (G,) is True
         (the same spec and meta)."""
@@ -284,29 +240,12 @@ class ControlResult:
             out[GRID_PREFIX + n] = v
         return out
 
-    def save(self, out_dir: str) -> None:
-        """Writes curves.npz, summary.json, summary.csv and meta.json (spec,
-        versions, machine, timings), each atomically."""
-        os.makedirs(out_dir, exist_ok=True)
-        atomic_write(os.path.join(out_dir, CURVES_FILE), lambda f: np.savez(f, **self.arrays()), binary=True)
-        recs = self.summary()
-        write_json(os.path.join(out_dir, SUMMARY_FILE), recs)
-        atomic_write(os.path.join(out_dir, SUMMARY_CSV), lambda f: f.write(csv_text(recs)))
-        write_json(os.path.join(out_dir, META_FILE), dict(self.meta, spec=self.spec_dict, grid_columns=list(self.grid)))
-
     @classmethod
     def load(cls, out_dir: str) -> ControlResult:
         """Reads a result written by `save`."""
-        with open(os.path.join(out_dir, META_FILE)) as f:
-            meta = json.load(f)
-        spec_dict = meta.pop("spec")
-        columns = meta.pop("grid_columns")
-        try:
-            spec = ControlSpec.from_dict(spec_dict)
-        except (ValueError, ImportError):
-            spec = None
+        spec, spec_dict, meta, columns = cls.read_meta(out_dir, ControlSpec)
         with np.load(os.path.join(out_dir, CURVES_FILE)) as z:
-            return cls(spec=spec, grid={n: z[GRID_PREFIX + n] for n in columns}, returns=z["returns"],
+            return cls(spec=spec, grid=cls.read_grid(z, columns), returns=z["returns"],
                        lengths=z["lengths"], diverged_step=z["diverged_step"],
                        omega=z["omega"] if "omega" in z.files else None, meta=meta, spec_dict=spec_dict)
 

@@ -15,6 +15,7 @@ from typing import ClassVar
 import numpy as np
 
 from bec_jax.control import algorithms, tasks
+from bec_jax.control.grid import GridColumns, spec_table
 from bec_jax.mdp import check_value_range
 from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
@@ -27,7 +28,7 @@ AUTO_BLOCK, MAX_AUTO_BLOCK, BLOCK_WEIGHT_BYTES = 100, 1000, 512  # `ControlSpec.
 
 
 @dataclasses.dataclass(frozen=True)
-class ControlSpec:
+class ControlSpec(GridColumns):
     """What a control sweep runs.
 
     Attributes:
@@ -363,26 +364,6 @@ class ControlSpec:
         """The discount in this sweep of `task`: `gamma` or the task's own."""
         return float(self.gamma) if self.gamma is not None else float(task.gamma)
 
-    @property
-    def names(self) -> tuple:
-        """The grid's columns: the algorithm's hyperparameters (declared order),
-        then the loop's parameters that are grid axes, then the task axes."""
-        return tuple(self.hyperparameters)
-
-    def grid_points(self) -> list[dict]:
-        """Every grid point as {name: value}, the first column varying slowest."""
-        names = self.names
-        return [dict(zip(names, vals)) for vals in itertools.product(*(self.hyperparameters[n] for n in names))]
-
-    @property
-    def num_points(self) -> int:
-        return math.prod(len(v) for v in self.hyperparameters.values())
-
-    def grid_arrays(self) -> dict[str, np.ndarray]:
-        """The grid's columns as float64 arrays (num_points,)."""
-        pts = self.grid_points()
-        return {n: np.asarray([p[n] for p in pts], np.float64) for n in self.names}
-
     # --------------------------------------------------------------- (de)serialisation
 
     def to_dict(self) -> dict:
@@ -399,32 +380,7 @@ class ControlSpec:
         the algorithm's hyperparameters in `hyperparameters` or as a top-level
         key (`alpha = [...]`, as a prediction sweep's table takes them); unknown
         fields are an error."""
-        if not isinstance(d, dict):
-            raise ValueError(f"spec: expected a table, got {d!r}")
-        d = {k: v for k, v in d.items() if k != "kind"}
-        known = {f.name for f in dataclasses.fields(cls)}
-        hyper = [k for k in d if k not in known]
-        if hyper and "algorithm" in d:
-            declared = algorithms.get(d["algorithm"]).names
-            hyper = [k for k in hyper if k in declared]
-            hp = d.get("hyperparameters", {})
-            if not isinstance(hp, dict):
-                raise ValueError(f"hyperparameters: expected a table name -> values, got {hp!r}")
-            hp = dict(hp)
-            for k in hyper:
-                if k in hp:
-                    raise ValueError(f"{k}: given twice (at the top level and in hyperparameters)")
-                hp[k] = d.pop(k)
-            d["hyperparameters"] = hp
-        for k in d:
-            if k not in known:
-                raise ValueError(f"{k}: unknown field of a control sweep; known: {', '.join(sorted(known))} "
-                                 "and the algorithm's hyperparameters")
-        for k in ("task", "algorithm"):
-            if k not in d:
-                raise ValueError(f"{k}: required")
-        d.setdefault("hyperparameters", {})
-        return cls(**d)
+        return cls(**spec_table(cls, d, lambda a: algorithms.get(a).names, "control sweep"))
 
     def replace(self, **changes) -> ControlSpec:
         """A copy with `changes` (validated again)."""

@@ -21,14 +21,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from bec_jax.control import program
+from bec_jax.control.grid import task_groups
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
 from bec_jax.engine import execute, joint, memory
 from bec_jax.engine.buckets import bucket
 from bec_jax.engine.layout import state_axes
-from bec_jax.engine.plan import Group, split
+from bec_jax.engine.plan import Group
 from bec_jax.engine.programs import Program
-from bec_jax.engine.protocol import check_dtype, gather, round_chunk, run_meta
+from bec_jax.engine.protocol import check_dtype, chunk_points, gather, run_meta, whole_points
 
 KIND = "control"
 STEP_COST = 100         # a control step's cost in prediction updates (`updates`)
@@ -65,22 +66,14 @@ def sizes(spec: ControlSpec, fused: bool = False) -> memory.Sizes:
 def plan_memory(spec: ControlSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
     """`memory.plan` with this front's `sizes` (kwargs as its); refuses a plan
     in seed chunks, which this front does not run."""
-    pl = memory.plan(spec, n_devices, sz=sizes(spec), **kwargs)
-    if pl.segmented:
-        raise memory.TooLarge(f"memory_budget: one grid point's {spec.seeds} seeds need about "
-                              f"{memory.human(memory.call_bytes(sizes(spec), 1, spec.seeds, 1, False))} of device "
-                              f"memory; the budget is {memory.human(pl.budget)}; raise --memory-budget or use "
-                              "fewer seeds (a control sweep runs every seed of a point in one call)")
-    return pl
+    sz = sizes(spec)
+    return whole_points(memory.plan(spec, n_devices, sz=sz, **kwargs), spec, sz, "a control sweep")
 
 
 def plan_chunk(spec: ControlSpec, chunk_size: int | None = None, n_devices: int = 1,
                memory_budget: int | None = None) -> int:
-    """Grid points per compiled call: `chunk_size` rounded up to a multiple of the
-    device count, or by default all that fit the memory plan."""
-    if chunk_size is None:
-        return plan_memory(spec, n_devices, memory_budget=memory_budget).grid
-    return round_chunk(chunk_size, n_devices)
+    """Grid points per compiled call (`engine.protocol.chunk_points`)."""
+    return chunk_points(plan_memory, spec, chunk_size, n_devices, memory_budget)
 
 
 def plan(spec: ControlSpec, chunk: int):
@@ -89,17 +82,7 @@ def plan(spec: ControlSpec, chunk: int):
     cannot be traced (`ControlSpec.task_axes_traced`) one group per
     combination of their values, each its own task and program
     (`Group.static` holds the values)."""
-    if not spec.task_axes or spec.task_axes_traced:
-        G = spec.num_points
-        groups = [Group(np.arange(G), [], np.zeros(G, np.int32), ())]
-        return groups, split(groups, chunk)
-    names = list(spec.task_axes)
-    points = spec.grid_points()
-    groups = []
-    for combo in spec.task_combinations():
-        idx = np.array([i for i, p in enumerate(points) if all(p[n] == combo[n] for n in names)])
-        groups.append(Group(idx, [], np.zeros(len(idx), np.int32), tuple(sorted(combo.items()))))
-    return groups, split(groups, chunk)
+    return task_groups(spec, chunk, by_task=not spec.task_axes_traced)
 
 
 def num_chunks(spec: ControlSpec, chunk: int) -> int:

@@ -150,6 +150,27 @@ def check_dtype(spec) -> None:
                          "or jax.config.update('jax_enable_x64', True) before running")
 
 
+def whole_points(pl: memory.Plan, spec, sz: memory.Sizes, what: str) -> memory.Plan:
+    """`pl`, or for a front that runs every seed of a point in one call (no
+    seed chunks) a one-line `memory.TooLarge` where one point's seeds do not
+    fit its budget; `what` names the front's sweep ("a control sweep")."""
+    if pl.segmented:
+        raise memory.TooLarge(f"memory_budget: one grid point's {spec.seeds} seeds need about "
+                              f"{memory.human(memory.call_bytes(sz, 1, spec.seeds, 1, False))} of device memory; "
+                              f"the budget is {memory.human(pl.budget)}; raise --memory-budget or use fewer seeds "
+                              f"({what} runs every seed of a point in one call)")
+    return pl
+
+
+def chunk_points(plan_memory: Callable, spec, chunk_size, n_devices: int, memory_budget) -> int:
+    """Grid points per compiled call of a front: `chunk_size` rounded up to a
+    multiple of the device count, or by default all that fit the front's
+    memory plan (`plan_memory(spec, n_devices, memory_budget=...)`)."""
+    if chunk_size is None:
+        return plan_memory(spec, n_devices, memory_budget=memory_budget).grid
+    return round_chunk(chunk_size, n_devices)
+
+
 def round_chunk(chunk_size, n_devices: int) -> int:
     """A given chunk size, checked, rounded up to a multiple of the device count."""
     if not isinstance(chunk_size, (int, np.integer)) or isinstance(chunk_size, bool) or chunk_size <= 0:

@@ -445,10 +445,7 @@ class SweepResult:
 def __getattr__(name: str):
     """`results.load_result` of 0.3, which reads a run of any kind: now
     `bec_jax.run.kinds.load_result` (the table of kinds sits above the fronts),
-    warning once."""
-    if name == "load_result":
-        import importlib
-        moved = importlib.import_module("bec_jax.moved")
-        moved.warn("bec_jax.prediction.results.load_result", "bec_jax.run.kinds.load_result")
-        return importlib.import_module("bec_jax.run.kinds").load_result
-    raise AttributeError(f"module 'bec_jax.prediction.results' has no attribute {name!r}")
+    warning once; the old names' table is `bec_jax.moved.MOVED_NAMES`, so this
+    module imports nothing above it."""
+    from bec_jax import moved
+    return moved.attribute(__name__, name)

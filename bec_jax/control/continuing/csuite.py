@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bec_jax.control import tiles
-from bec_jax.control.continuing.env import ContinuingEnv, positive_int, probability
+from bec_jax.control.continuing.env import ContinuingEnv, finite_number, positive_int, probability
 from bec_jax.control.features import per_action
 
 CSUITE_COMMIT = "b74faed74685dc852d43c2022150c4186c244929"
@@ -312,14 +312,6 @@ class PendulumState(NamedTuple):
     velocity: jax.Array
 
 
-def _real(field: str, value, *, low: float = -math.inf, strict: bool = False) -> float:
-    bad = isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
-    if bad or value < low or (strict and value == low):
-        bound = f"> {low:g}" if strict else f">= {low:g}"
-        raise ValueError(f"{field}: a finite number{'' if low == -math.inf else ' ' + bound}, got {value!r}")
-    return float(value)
-
-
 def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_size: float = 0.05,
              act_step_period: int = 4, max_speed: float | None = None, reward_angle: float = 30.0,
              start_angle: float = 0.0, start_velocity: float = 0.0, num_tilings: int = 8, bins=(7, 7, 7),
@@ -345,20 +337,20 @@ def pendulum(*, friction: float = 0.1, gravity: float = 9.81, simulation_step_si
     velocity_bound] (a full-torque spin settles near torque / friction = 10
     rad/s; faster values fall in the outer tiles). Observation (a network's
     input): (cos, sin, velocity / velocity_bound), Naik et al.'s scaling."""
-    mu = _real("friction", friction, low=0.0)
-    g = _real("gravity", gravity)
-    dt = _real("simulation_step_size", simulation_step_size, low=0.0, strict=True)
+    mu = finite_number("friction", friction, low=0.0)
+    g = finite_number("gravity", gravity)
+    dt = finite_number("simulation_step_size", simulation_step_size, low=0.0, strict=True)
     period = positive_int("act_step_period", act_step_period)
     # csuite's default is np.inf; None keeps the resolved parameters JSON-ready.
     if max_speed is not None and not isinstance(max_speed, bool) and max_speed == math.inf:
         max_speed = None
-    vmax = math.inf if max_speed is None else _real("max_speed", max_speed, low=0.0, strict=True)
-    half = _real("reward_angle", reward_angle, low=0.0) * math.pi / 180.0
-    a0, v0 = _real("start_angle", start_angle), _real("start_velocity", start_velocity)
-    vb = _real("velocity_bound", velocity_bound, low=0.0, strict=True)
+    vmax = math.inf if max_speed is None else finite_number("max_speed", max_speed, low=0.0, strict=True)
+    half = finite_number("reward_angle", reward_angle, low=0.0) * math.pi / 180.0
+    a0, v0 = finite_number("start_angle", start_angle), finite_number("start_velocity", start_velocity)
+    vb = finite_number("velocity_bound", velocity_bound, low=0.0, strict=True)
     t = positive_int("num_tilings", num_tilings)
     b = tiles.bins_tuple(bins, 3)
-    multiplier = _real("torque", torque)
+    multiplier = finite_number("torque", torque)
     if reward not in PENDULUM_REWARDS:
         raise ValueError(f"reward: one of {', '.join(PENDULUM_REWARDS)}, got {reward!r}")
     params = {"friction": mu, "gravity": g, "simulation_step_size": dt, "act_step_period": period,

@@ -34,6 +34,7 @@ one is observed as the one-hot vector of its state (`observation`).
 """
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable
 from typing import NamedTuple
@@ -106,6 +107,16 @@ def positive_int(field: str, value) -> int:
     return int(value)
 
 
+def finite_number(field: str, value, *, low: float = -math.inf, strict: bool = False) -> float:
+    """`value` as a finite float >= `low` (> `low` with `strict`); one-line
+    `ValueError` naming `field` otherwise."""
+    bad = isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+    if bad or value < low or (strict and value == low):
+        bound = f"> {low:g}" if strict else f">= {low:g}"
+        raise ValueError(f"{field}: a finite number{'' if low == -math.inf else ' ' + bound}, got {value!r}")
+    return float(value)
+
+
 def probability(field: str, value, *, open_low: bool = False) -> float:
     """`value` as a float in [0, 1] ((0, 1] with `open_low`); one-line
     `ValueError` naming `field` otherwise."""
@@ -166,4 +177,5 @@ def check_env(env) -> ContinuingEnv:
     return env
 
 
-__all__ = ["ContinuingEnv", "check_env", "check_gamma", "check_model", "observation", "positive_int", "probability"]
+__all__ = ["ContinuingEnv", "check_env", "check_gamma", "check_model", "finite_number", "observation", "positive_int",
+           "probability"]

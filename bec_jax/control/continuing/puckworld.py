@@ -75,8 +75,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bec_jax.control import tiles
-from bec_jax.control.continuing.csuite import _real
-from bec_jax.control.continuing.env import ContinuingEnv, positive_int
+from bec_jax.control.continuing.env import ContinuingEnv, finite_number, positive_int
 from bec_jax.control.features import per_action
 
 FORK_COMMIT = "520e83fdb7b62ab322c3aa791caf76dba872d9fa"        # abhisheknaik96/csuite
@@ -114,16 +113,16 @@ def puckworld(*, friction: float = 0.5, goal_update_interval: int = 300, puck_ra
     Features: `num_tilings` tilings of `bins` (per dimension) of the 6
     observations, the velocities' box [-velocity_bound, velocity_bound]
     (Naik et al.'s: 32 tilings of 3^6, velocities in [-0.2, 0.2])."""
-    mu = _real("friction", friction, low=0.0)
+    mu = finite_number("friction", friction, low=0.0)
     interval = positive_int("goal_update_interval", goal_update_interval)
-    radius = _real("puck_radius", puck_radius, low=0.0)
+    radius = finite_number("puck_radius", puck_radius, low=0.0)
     if radius > SIZE / 2:
         raise ValueError(f"puck_radius: at most {SIZE / 2:g}, half the {SIZE:g} x {SIZE:g} arena, got {puck_radius!r}")
-    dt = _real("simulation_step_size", simulation_step_size, low=0.0, strict=True)
+    dt = finite_number("simulation_step_size", simulation_step_size, low=0.0, strict=True)
     period = positive_int("act_step_period", act_step_period)
     t = positive_int("num_tilings", num_tilings)
     b = tiles.bins_tuple(bins, OBSERVATION_SIZE)
-    vb = _real("velocity_bound", velocity_bound, low=0.0, strict=True)
+    vb = finite_number("velocity_bound", velocity_bound, low=0.0, strict=True)
     params = {"friction": mu, "goal_update_interval": interval, "puck_radius": radius,
               "simulation_step_size": dt, "act_step_period": period, "num_tilings": t, "bins": list(b),
               "velocity_bound": vb}

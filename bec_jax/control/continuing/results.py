@@ -12,7 +12,6 @@ logged is the task's own: the reward offset a learner sees is not in it.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -21,16 +20,11 @@ import numpy as np
 from bec_jax.control.continuing import exact
 from bec_jax.control.continuing.spec import KIND as CONTINUING_KIND
 from bec_jax.control.continuing.spec import ContinuingSpec
+from bec_jax.control.grid import GridResult
 from bec_jax.files import (
     CURVES_FILE,
     GRID_PREFIX,
-    META_FILE,
-    SUMMARY_CSV,
-    SUMMARY_FILE,
-    atomic_write,
-    csv_text,
     finite_or_none,
-    write_json,
 )
 from bec_jax.stats import t_half_width_of, t_interval
 
@@ -40,7 +34,7 @@ ARRAYS = ("reward", "rate_estimate", "max_abs_w")  # (G, N, L) each
 
 
 @dataclass
-class ContinuingResult:
+class ContinuingResult(GridResult):
     """Everything one continuing sweep reports.
 
     Attributes:
@@ -58,6 +52,7 @@ class ContinuingResult:
     """
 
     KIND = CONTINUING_KIND  # the kind of sweep, as its spec's "kind" names it
+    RUNS = "reward"  # (G, N, L): `GridResult`'s sizes
 
     spec: object
     grid: dict
@@ -68,27 +63,7 @@ class ContinuingResult:
     meta: dict = field(default_factory=dict)
     spec_dict: dict | None = None
 
-    def __post_init__(self):
-        if self.spec_dict is None and self.spec is not None:
-            self.spec_dict = self.spec.to_dict()
-
-    # -- views -------------------------------------------------------------------
-    @property
-    def task(self) -> str:
-        return self.spec_dict["task"]
-
-    @property
-    def algorithm(self) -> str:
-        return self.spec_dict["algorithm"]
-
-    @property
-    def num_points(self) -> int:
-        return self.reward.shape[0]
-
-    @property
-    def seeds(self) -> int:
-        return self.reward.shape[1]
-
+    # -- views (and `GridResult`'s: task, algorithm, num_points, seeds, point, select) ----------
     @property
     def blocks(self) -> int:
         return self.reward.shape[2]
@@ -97,10 +72,6 @@ class ContinuingResult:
     def block_steps(self) -> int:
         """Steps per log block (K)."""
         return int(self.spec_dict["steps"]) // self.blocks
-
-    def point(self, i: int) -> dict:
-        """{column: value} of grid point i."""
-        return {n: float(v[i]) for n, v in self.grid.items()}
 
     def window_blocks(self, window: str) -> int:
         """The log blocks a window covers (`WINDOWS`)."""
@@ -146,17 +117,6 @@ class ContinuingResult:
                 raise ValueError("where: selects no grid point")
             mean = np.where(where, mean, np.nan)
         return int(np.nanargmax(mean))
-
-    def select(self, **values) -> np.ndarray:
-        """(G,) True where every given grid column equals the given value."""
-        mask = np.ones(self.num_points, bool)
-        for n, v in values.items():
-            if n not in self.grid:
-                raise ValueError(f"{n}: not a grid column; columns: {', '.join(self.grid)}")
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
-                raise ValueError(f"{n}: expected a number, got {v!r}")
-            mask &= np.isclose(np.asarray(self.grid[n]), v)
-        return mask
 
     # -- exact reference (tabular tasks) ------------------------------------------
     @functools.cached_property
@@ -243,28 +203,11 @@ class ContinuingResult:
             out[GRID_PREFIX + n] = v
         return out
 
-    def save(self, out_dir: str) -> None:
-        """Writes curves.npz, summary.json, summary.csv and meta.json (spec,
-        versions, machine, timings), each atomically."""
-        os.makedirs(out_dir, exist_ok=True)
-        atomic_write(os.path.join(out_dir, CURVES_FILE), lambda f: np.savez(f, **self.arrays()), binary=True)
-        recs = self.summary()
-        write_json(os.path.join(out_dir, SUMMARY_FILE), recs)
-        atomic_write(os.path.join(out_dir, SUMMARY_CSV), lambda f: f.write(csv_text(recs)))
-        write_json(os.path.join(out_dir, META_FILE), dict(self.meta, spec=self.spec_dict, grid_columns=list(self.grid)))
-
     @classmethod
     def load(cls, out_dir: str) -> ContinuingResult:
         """Reads a result written by `save`."""
-        with open(os.path.join(out_dir, META_FILE)) as f:
-            meta = json.load(f)
-        spec_dict = meta.pop("spec")
-        columns = meta.pop("grid_columns")
-        try:
-            spec = ContinuingSpec.from_dict(spec_dict)
-        except (ValueError, ImportError):
-            spec = None
+        spec, spec_dict, meta, columns = cls.read_meta(out_dir, ContinuingSpec)
         with np.load(os.path.join(out_dir, CURVES_FILE)) as z:
-            return cls(spec=spec, grid={n: z[GRID_PREFIX + n] for n in columns},
+            return cls(spec=spec, grid=cls.read_grid(z, columns),
                        **{name: z[name] for name in ARRAYS},
                        q_table=z["q_table"] if "q_table" in z.files else None, meta=meta, spec_dict=spec_dict)

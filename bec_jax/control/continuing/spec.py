@@ -15,10 +15,9 @@ import itertools
 import math
 from typing import ClassVar
 
-import numpy as np
-
 from bec_jax.control.continuing import deep, learners, tasks
 from bec_jax.control.continuing.env import observation
+from bec_jax.control.grid import GridColumns, spec_table
 from bec_jax.mdp import check_value_range
 from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
@@ -56,7 +55,7 @@ def _check_loop_value(name: str, v) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class ContinuingSpec:
+class ContinuingSpec(GridColumns):
     """What a continuing control sweep runs.
 
     Attributes:
@@ -330,26 +329,6 @@ class ContinuingSpec:
         own program."""
         return {k: v for k, v in d.items() if k not in LOOP_AXES}
 
-    @property
-    def names(self) -> tuple:
-        """The grid's columns: the learner's hyperparameters, then `LOOP_AXES`,
-        then the task axes (`task_axes`)."""
-        return tuple(self.hyperparameters)
-
-    def grid_points(self) -> list[dict]:
-        """Every grid point as {name: value}, the first column varying slowest."""
-        names = self.names
-        return [dict(zip(names, vals)) for vals in itertools.product(*(self.hyperparameters[n] for n in names))]
-
-    @property
-    def num_points(self) -> int:
-        return math.prod(len(v) for v in self.hyperparameters.values())
-
-    def grid_arrays(self) -> dict[str, np.ndarray]:
-        """The grid's columns as float64 arrays (num_points,)."""
-        pts = self.grid_points()
-        return {n: np.asarray([p[n] for p in pts], np.float64) for n in self.names}
-
     # --------------------------------------------------------------- (de)serialisation
 
     def to_dict(self) -> dict:
@@ -370,28 +349,7 @@ class ContinuingSpec:
         """The spec of `to_dict` (or a TOML table): the fields above, and each of
         the learner's hyperparameters in `hyperparameters` or as a top-level
         key (`alpha = [...]`); unknown fields are an error."""
-        if not isinstance(d, dict):
-            raise ValueError(f"spec: expected a table, got {d!r}")
-        d = {k: v for k, v in d.items() if k != "kind"}
-        for k in ("task", "algorithm"):
-            if k not in d:
-                raise ValueError(f"{k}: required")
-        known = {f.name for f in dataclasses.fields(cls)}
-        hyper = [k for k in d if k not in known and k in learners.get(d["algorithm"]).names]
-        hp = d.get("hyperparameters", {})
-        if not isinstance(hp, dict):
-            raise ValueError(f"hyperparameters: expected a table name -> values, got {hp!r}")
-        hp = dict(hp)
-        for k in hyper:
-            if k in hp:
-                raise ValueError(f"{k}: given twice (at the top level and in hyperparameters)")
-            hp[k] = d.pop(k)
-        d["hyperparameters"] = hp
-        for k in d:
-            if k not in known:
-                raise ValueError(f"{k}: unknown field of a continuing sweep; known: {', '.join(sorted(known))} "
-                                 "and the learner's hyperparameters")
-        return cls(**d)
+        return cls(**spec_table(cls, d, lambda a: learners.get(a).names, "continuing sweep"))
 
     def replace(self, **changes) -> ContinuingSpec:
         """A copy with `changes` (validated again)."""

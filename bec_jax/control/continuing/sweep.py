@@ -25,10 +25,10 @@ from bec_jax import networks, replay
 from bec_jax.control.continuing import deep, program
 from bec_jax.control.continuing.results import ContinuingResult
 from bec_jax.control.continuing.spec import ContinuingSpec
+from bec_jax.control.grid import task_groups
 from bec_jax.engine import execute, joint, memory
-from bec_jax.engine.plan import Group, split
 from bec_jax.engine.programs import Program
-from bec_jax.engine.protocol import check_dtype, gather, round_chunk, run_meta
+from bec_jax.engine.protocol import check_dtype, chunk_points, gather, run_meta, whole_points
 
 KIND = "continuing"     # its specs' `KIND` (`ContinuingSpec.KIND`), part of the executable caches' keys
 STEP_COST = 100         # a continuing step's cost in prediction updates (`updates`), as a control step's
@@ -99,22 +99,13 @@ def plan_memory(spec: ContinuingSpec, n_devices: int = 1, **kwargs) -> memory.Pl
             f"{memory.human(ring)}; the update's working arrays over {st.rows:,} rows, "
             f"{memory.human(sz.per_run - sz.state)}); the budget is {memory.human(budget)}; raise --memory-budget, "
             "or lower learner_params.buffer or batch, or use fewer seeds")
-    pl = memory.plan(spec, n_devices, sz=sz, **kwargs)
-    if pl.segmented:
-        raise memory.TooLarge(f"memory_budget: one grid point's {spec.seeds} seeds need about "
-                              f"{memory.human(memory.call_bytes(sz, 1, spec.seeds, 1, False))} of device memory; "
-                              f"the budget is {memory.human(pl.budget)}; raise --memory-budget or use fewer seeds "
-                              "(a continuing sweep runs every seed of a point in one call)")
-    return pl
+    return whole_points(memory.plan(spec, n_devices, sz=sz, **kwargs), spec, sz, "a continuing sweep")
 
 
 def plan_chunk(spec: ContinuingSpec, chunk_size: int | None = None, n_devices: int = 1,
                memory_budget: int | None = None) -> int:
-    """Grid points per compiled call: `chunk_size` rounded up to a multiple of the
-    device count, or by default all that fit the memory plan."""
-    if chunk_size is None:
-        return plan_memory(spec, n_devices, memory_budget=memory_budget).grid
-    return round_chunk(chunk_size, n_devices)
+    """Grid points per compiled call (`engine.protocol.chunk_points`)."""
+    return chunk_points(plan_memory, spec, chunk_size, n_devices, memory_budget)
 
 
 def plan(spec: ContinuingSpec, chunk: int) -> tuple[list, list]:
@@ -123,16 +114,7 @@ def plan(spec: ContinuingSpec, chunk: int) -> tuple[list, list]:
     setting is a traced column), or with task axes one group per combination
     of their values, each its own task and program (`Group.static` holds the
     values), as episodic control's untraced task axes (`control.sweep.plan`)."""
-    if not spec.task_axes:
-        G = spec.num_points
-        groups = [Group(np.arange(G), [], np.zeros(G, np.int32), ())]
-        return groups, split(groups, chunk)
-    points = spec.grid_points()
-    groups = []
-    for combo in spec.task_combinations():
-        idx = np.array([i for i, p in enumerate(points) if all(p[n] == v for n, v in combo.items())])
-        groups.append(Group(idx, [], np.zeros(len(idx), np.int32), tuple(sorted(combo.items()))))
-    return groups, split(groups, chunk)
+    return task_groups(spec, chunk)
 
 
 def num_chunks(spec: ContinuingSpec, chunk: int) -> int:
