@@ -69,8 +69,9 @@ WINDOW = "last50"  # the reward rate every claim reads: over the last 50% of a r
 LEARNERS = ("q", "q_src", "q_vrc")
 CENTERED = ("q_src", "q_vrc")
 LABELS = {"q": "Q (uncentered)", "q_src": "Q + simple centering", "q_vrc": "Q + value-based centering",
-          "cq": "CQ"}
-COLORS = {"q": "C0", "q_src": "C2", "q_vrc": "C3"}
+          "cq": "CQ", "dqn": "DQN (uncentered)", "cdqn_unbiased": "CDQN (value-based centering)",
+          "cdqn_simple_unbiased": "CDQN (simple centering)"}
+COLORS = {"q": "C0", "q_src": "C2", "q_vrc": "C3", "dqn": "C0", "cdqn_simple_unbiased": "C2", "cdqn_unbiased": "C3"}
 TOL = 0.05  # a reward rate "holds" within 5% of the optimal gain
 
 TASKS = {
@@ -123,6 +124,19 @@ IDENTITY = {
                    "offset": (0.0, 4.0), "seeds": 10, "steps": 10_000},
 }
 IDENTITY_QUICK = {"seeds": 3, "steps": 2_000}
+
+
+def title(task: str) -> str:
+    """A task's name in figures and reports."""
+    return ALL[task]["title"] if task in ALL else task.replace("_", " ").title()
+
+
+def roles(by: dict) -> tuple[str, tuple]:
+    """(the uncentered learner, the centered ones) of a task's sweeps
+    {learner: result}: the first is the baseline (`run_all` puts Q first; the
+    deep form DQN)."""
+    names = list(by)
+    return names[0], tuple(names[1:])
 
 
 def settings(task: str, quick: bool) -> dict:
@@ -264,7 +278,7 @@ def table_rows(grids: dict, best: dict, refs: dict) -> list[dict]:
                     row[f"reward_rate_{w}"], row[f"reward_rate_{w}_ci_low"], row[f"reward_rate_{w}_ci_high"] = (
                         finite_or_none(x) for x in t_interval(r.reward_rate(w)[i]))
                 est = estimates(r, i)
-                m, lo, hi = t_interval(est[np.isfinite(est)]) if a != "q" else (np.nan,) * 3
+                m, lo, hi = t_interval(est[np.isfinite(est)]) if np.isfinite(est).any() else (np.nan,) * 3
                 row.update(rbar_minus_offset=finite_or_none(m), rbar_ci_low=finite_or_none(lo),
                            rbar_ci_high=finite_or_none(hi))
                 big = r.max_abs_w[i].astype(np.float64)
@@ -284,12 +298,14 @@ NOT_INFORMATIVE = "not informative: no learner's best setting earns any reward a
 
 def scale(t: str, grids: dict, best: dict, refs: dict) -> float:
     """What `TOL` is a fraction of on task t: |g*| where the task has an exact
-    gain; else (Catch, Pendulum) the highest mean reward rate any learner's
-    best setting reaches at offset 0, over every gamma."""
+    gain; else (Catch, Pendulum) the magnitude of the highest mean reward rate
+    any learner's best setting reaches at offset 0, over every gamma (a
+    task whose rewards are costs, as the deep form's Pendulum and PuckWorld,
+    reaches a negative one)."""
     if refs[t]["gain"] is not None:
         return abs(refs[t]["gain"])
-    return max(float(rates(grids[t][a], i).mean()) for a in grids[t]
-               for (g, o), i in best[t][a].items() if o == 0.0)
+    return abs(max(float(rates(grids[t][a], i).mean()) for a in grids[t]
+                   for (g, o), i in best[t][a].items() if o == 0.0))
 
 
 def claim_gamma(grids: dict, best: dict, refs: dict) -> dict:
@@ -299,7 +315,8 @@ def claim_gamma(grids: dict, best: dict, refs: dict) -> dict:
     best and beats Q; 'centered holds' where Q does not fall either."""
     out = {}
     for t, by in grids.items():
-        gammas = sorted({g for g, _ in best[t]["q"]})
+        base, centered = roles(by)
+        gammas = sorted({g for g, _ in best[t][base]})
         high = max(g for g in gammas if g < 1.0)
         tol = TOL * scale(t, grids, best, refs)
         rec = {"gamma": high, "tol": tol, "learners": {}}
@@ -308,13 +325,13 @@ def claim_gamma(grids: dict, best: dict, refs: dict) -> dict:
             peak = max(float(v.mean()) for v in at.values())
             rec["learners"][a] = {"rate": t_interval(at[high]), "best_over_gamma": peak,
                                   "drop": peak - float(at[high].mean()),
-                                  "vs_q": welch_interval(at[high], rates(by["q"], best[t]["q"][(high, 0.0)]))}
-        holds = all(rec["learners"][a]["drop"] <= tol for a in CENTERED)
-        beats = all(rec["learners"][a]["vs_q"][1] > 0 for a in CENTERED)
-        falls = rec["learners"]["q"]["drop"] > tol
+                                  "vs_q": welch_interval(at[high], rates(by[base], best[t][base][(high, 0.0)]))}
+        holds = all(rec["learners"][a]["drop"] <= tol for a in centered)
+        beats = all(rec["learners"][a]["vs_q"][1] > 0 for a in centered)
+        falls = rec["learners"][base]["drop"] > tol
         rec["verdict"] = (NOT_INFORMATIVE if tol <= 0 else "holds" if holds and beats and falls else
                           f"partly: the centered learners {'hold' if holds else 'fall'} and "
-                          f"{'beat' if beats else 'do not both beat'} Q at gamma {high:g}; Q "
+                          f"{'beat' if beats else 'do not all beat'} {base} at gamma {high:g}; {base} "
                           f"{'falls' if falls else 'does not fall'} from its best gamma")
         out[t] = rec
     return out
@@ -333,8 +350,9 @@ def claim_offset(grids: dict, best: dict, refs: dict) -> dict:
     excluding 0) and no centered learner's is."""
     out = {}
     for t, by in grids.items():
-        g = gamma_for_offsets({k[0] for k in best[t]["q"]})
-        offsets = sorted({o for _, o in best[t]["q"]})
+        base, centered = roles(by)
+        g = gamma_for_offsets({k[0] for k in best[t][base]})
+        offsets = sorted({o for _, o in best[t][base]})
         tol = TOL * scale(t, grids, best, refs)
         rec = {"gamma": g, "tol": tol, "learners": {}}
         for a, r in by.items():
@@ -343,10 +361,10 @@ def claim_offset(grids: dict, best: dict, refs: dict) -> dict:
             rec["learners"][a] = {"by_offset": {o: t_interval(v) for o, v in at.items()}, "worst": worst,
                                   "worst_vs_0": welch_interval(at[worst], at[0.0])}
         hurt = lambda a: rec["learners"][a]["worst_vs_0"][2] < -tol  # noqa: E731
-        q_hurt, c_hurt = hurt("q"), [hurt(a) for a in CENTERED]
+        q_hurt, c_hurt = hurt(base), [hurt(a) for a in centered]
         rec["verdict"] = (NOT_INFORMATIVE if tol <= 0 else "holds" if q_hurt and not any(c_hurt) else
-                          f"partly: Q {'is' if q_hurt else 'is not'} hurt; "
-                          f"{sum(c_hurt)} of the {len(CENTERED)} centered learners are")
+                          f"partly: {base} {'is' if q_hurt else 'is not'} hurt; "
+                          f"{sum(c_hurt)} of the {len(centered)} centered learners are")
         out[t] = rec
     return out
 
@@ -480,17 +498,18 @@ def gamma_figure(grids: dict, best: dict, refs: dict):
     tasks = list(grids)
     fig, axes = plotting.new_figure(2, len(tasks), panel=(6.0, 4.0))
     for c, t in enumerate(tasks):
-        gammas = sorted({g for g, _ in best[t]["q"]})
-        for row, o in enumerate((0.0, max(o for _, o in best[t]["q"]))):
+        base, _ = roles(grids[t])
+        gammas = sorted({g for g, _ in best[t][base]})
+        for row, o in enumerate((0.0, max(o for _, o in best[t][base]))):
             ax = axes[row, c]
-            for k, a in enumerate(LEARNERS):
+            for k, a in enumerate(grids[t]):
                 _errorbar(ax, range(len(gammas)), [rates(grids[t][a], best[t][a][(g, o)]) for g in gammas],
                           a, 0.08 * (k - 1))
             _gain_lines(ax, refs[t])
             ax.set_xticks(range(len(gammas)), [f"{g:g}" for g in gammas])
             ax.set_xlabel("discount γ")
             ax.set_ylabel("reward rate, last 50% (95% CI)", fontsize=8)
-            ax.set_title(f"{ALL[t]['title']}, reward offset {o:+g}", fontsize=10)
+            ax.set_title(f"{title(t)}, reward offset {o:+g}", fontsize=10)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
     fig.text(0.5, 0.005, "Each point: the best step sizes (α, and η for the centered learners) at that γ and "
@@ -505,23 +524,24 @@ def offset_figure(grids: dict, best: dict, refs: dict):
     one line per learner; a row per task, a column per gamma (0.9, 0.99, the
     largest below 1, as the grid has them)."""
     tasks = list(grids)
-    cols = sorted({g for t in tasks for g, _ in best[t]["q"] if 0.9 <= g < 1.0})[-3:]
+    cols = sorted({g for t in tasks for g, _ in best[t][roles(grids[t])[0]] if 0.9 <= g < 1.0})[-3:]
     fig, axes = plotting.new_figure(len(tasks), len(cols), panel=(5.0, 3.8))
     for r_, t in enumerate(tasks):
-        offsets = sorted({o for _, o in best[t]["q"]})
+        base, _ = roles(grids[t])
+        offsets = sorted({o for _, o in best[t][base]})
         for c, g in enumerate(cols):
             ax = axes[r_, c]
-            if (g, offsets[0]) not in best[t]["q"]:
+            if (g, offsets[0]) not in best[t][base]:
                 ax.set_visible(False)
                 continue
-            for k, a in enumerate(LEARNERS):
+            for k, a in enumerate(grids[t]):
                 _errorbar(ax, offsets, [rates(grids[t][a], best[t][a][(g, o)]) for o in offsets], a,
                           0.12 * (k - 1) * (offsets[-1] - offsets[0]) / 8)
             _gain_lines(ax, refs[t])
             ax.set_xticks(offsets)
             ax.set_xlabel("reward offset c (the learner sees r + c)")
             ax.set_ylabel("reward rate, last 50% (95% CI)", fontsize=8)
-            ax.set_title(f"{ALL[t]['title']}, γ = {g:g}", fontsize=10)
+            ax.set_title(f"{title(t)}, γ = {g:g}", fontsize=10)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
     fig.tight_layout()
@@ -550,7 +570,7 @@ def estimate_figure(grids: dict, est: dict, refs: dict):
             ax.set_ylim(g - max(1.0, abs(g)), g + max(0.5, 0.5 * abs(g)))
             ax.set_xlabel("step")
             ax.set_ylabel("r̄ − offset (95% CI)", fontsize=8)
-            ax.set_title(f"{ALL[t]['title']}: {LABELS[a]}", fontsize=10)
+            ax.set_title(f"{title(t)}: {LABELS[a]}", fontsize=10)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
     fig.tight_layout()
@@ -564,10 +584,11 @@ def curves_figure(grids: dict, best: dict, refs: dict):
     tasks = list(grids)
     fig, axes = plotting.new_figure(len(tasks), 2, panel=(6.0, 4.0))
     for r_, t in enumerate(tasks):
-        high = max(g for g, _ in best[t]["q"] if g < 1.0)
-        for c, o in enumerate((0.0, max(o for _, o in best[t]["q"]))):
+        base, _ = roles(grids[t])
+        high = max(g for g, _ in best[t][base] if g < 1.0)
+        for c, o in enumerate((0.0, max(o for _, o in best[t][base]))):
             ax = axes[r_, c]
-            for a in LEARNERS:
+            for a in grids[t]:
                 r, i = grids[t][a], best[t][a][(high, o)]
                 x, mean, lo, hi = binned(r, r.reward[i])
                 p = r.point(i)
@@ -577,7 +598,7 @@ def curves_figure(grids: dict, best: dict, refs: dict):
             _gain_lines(ax, refs[t])
             ax.set_xlabel("step")
             ax.set_ylabel("reward rate (95% CI)", fontsize=8)
-            ax.set_title(f"{ALL[t]['title']}, γ = {high:g}, offset {o:+g}", fontsize=10)
+            ax.set_title(f"{title(t)}, γ = {high:g}, offset {o:+g}", fontsize=10)
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
     fig.tight_layout()
@@ -607,7 +628,7 @@ def _setup(grids: dict, refs: dict, quick: bool) -> list[str]:
     for t, by in grids.items():
         sp = by["q_vrc"].spec
         hp = sp.hyperparameters
-        s.append(f"| {ALL[t]['title']} | {', '.join(f'{a:g}' for a in hp['alpha'])} | "
+        s.append(f"| {title(t)} | {', '.join(f'{a:g}' for a in hp['alpha'])} | "
                  f"{', '.join(f'{e:g}' for e in hp['eta'])} | {', '.join(f'{g:g}' for g in hp['gamma'])} | "
                  f"{', '.join(f'{o:g}' for o in hp['reward_offset'])} | {sp.seeds} x {sp.steps:,} | "
                  f"{_num(refs[t]['gain'])} | {_num(refs[t]['eps_greedy_gain'])} |")
@@ -647,7 +668,7 @@ def _tiled_note(tiled: list) -> str:
             "and (iv) (exact gains, tabular identity) are judged on the tabular tasks only.\n")
 
 
-def _gamma_section(claim: dict, refs: dict) -> list[str]:
+def gamma_section(claim: dict, refs: dict) -> list[str]:
     s = ["## (i) With centering the reward rate holds as gamma -> 1\n",
          "![reward rate against gamma](rc_gamma.png)\n",
          f"At offset 0, each learner's best reward rate at the largest gamma below 1 against its best over "
@@ -658,23 +679,23 @@ def _gamma_section(claim: dict, refs: dict) -> list[str]:
     for t, rec in claim.items():
         for a, x in rec["learners"].items():
             vs = "-" if a == "q" else f"{x['vs_q'][0]:+.3g} [{x['vs_q'][1]:+.3g}, {x['vs_q'][2]:+.3g}]"
-            s.append(f"| {ALL[t]['title']} | {rec['gamma']:g} | {a} | {_ci(x['rate'])} | "
+            s.append(f"| {title(t)} | {rec['gamma']:g} | {a} | {_ci(x['rate'])} | "
                      f"{x['best_over_gamma']:.4g} | {x['drop']:.3g} | {vs} |")
     s.append("")
     for t, rec in claim.items():
-        s.append(f"**Verdict (i), {ALL[t]['title']}: {rec['verdict']}.**")
+        s.append(f"**Verdict (i), {title(t)}: {rec['verdict']}.**")
     s.append("")
     return s
 
 
-def _offset_section(claim: dict) -> list[str]:
+def offset_section(claim: dict) -> list[str]:
     s = ["## (ii) A reward offset hurts uncentered Q-learning, not centered\n",
          "![reward rate against the offset](rc_offset.png)\n",
          f"Best reward rate at each offset; the last column is the worst offset's minus offset 0's (Welch). "
          f"Holds where Q's is below 0 by more than {TOL:.0%} of the optimal gain (Catch, Pendulum: of the best reward rate reached) and no centered learner's is.\n"]
     for t, rec in claim.items():
         offsets = list(next(iter(rec["learners"].values()))["by_offset"])
-        s.append(f"{ALL[t]['title']}, gamma {rec['gamma']:g}:\n")
+        s.append(f"{title(t)}, gamma {rec['gamma']:g}:\n")
         s.append("| learner | " + " | ".join(f"offset {o:+g}" for o in offsets) + " | worst - offset 0 |")
         s.append("|---|" + "---|" * (len(offsets) + 1))
         for a, x in rec["learners"].items():
@@ -683,7 +704,7 @@ def _offset_section(claim: dict) -> list[str]:
                      + f" | {w[0]:+.3g} [{w[1]:+.3g}, {w[2]:+.3g}] (offset {x['worst']:+g}) |")
         s.append("")
     for t, rec in claim.items():
-        s.append(f"**Verdict (ii), {ALL[t]['title']} (gamma {rec['gamma']:g}): {rec['verdict']}.**")
+        s.append(f"**Verdict (ii), {title(t)} (gamma {rec['gamma']:g}): {rec['verdict']}.**")
     s.append("")
     return s
 
@@ -706,12 +727,12 @@ def _estimate_section(claim: dict, grids: dict, refs: dict) -> list[str]:
             p = grids[t][row["learner"]].point(row["point"])
             fixed = (f"{vrc_limit(t, row['gamma'], p['eta'], row['offset']):.4g}"
                      if row["learner"] == "q_vrc" else "-")
-            s.append(f"| {ALL[t]['title']} | {row['learner']} | {row['gamma']:g} | {row['offset']:+g} | "
+            s.append(f"| {title(t)} | {row['learner']} | {row['gamma']:g} | {row['offset']:+g} | "
                      f"{p['alpha']:g}, {p['eta']:g} | {row['runs']} | {_ci(row['estimate'])} | "
                      f"{_ci(row['abs_error'])} | {fixed} |")
     s.append("")
     for t, rec in claim.items():
-        s.append(f"**Verdict (iii), {ALL[t]['title']} (g* = {refs[t]['gain']:.4g}): {rec['verdict']}.**")
+        s.append(f"**Verdict (iii), {title(t)} (g* = {refs[t]['gain']:.4g}): {rec['verdict']}.**")
     s.append("")
     return s
 
@@ -725,12 +746,12 @@ def _identity_section(ident: dict, inv: dict) -> list[str]:
          "|---|---|---|---|---|---|---|---|"]
     for t, x in ident.items():
         d = x["max_abs_diff"]
-        s.append(f"| {ALL[t]['title']} | {x['points']} | {x['runs']} x {x['steps']:,} | {d['reward']:g} | "
+        s.append(f"| {title(t)} | {x['points']} | {x['runs']} x {x['steps']:,} | {d['reward']:g} | "
                  f"{d['rate_estimate']:g} | {d['max_abs_w']:g} | {d['q_table']:g} | "
                  f"{'bit for bit' if x['identical'] else 'NO'} |")
     s.append("")
     for t, x in ident.items():
-        s.append(f"**Verdict (iv), {ALL[t]['title']}: "
+        s.append(f"**Verdict (iv), {title(t)}: "
                  f"{'holds, bit for bit' if x['identical'] else 'DIFFERENT'} "
                  f"(max difference {max(x['max_abs_diff'].values()):g}).**")
     s.append("\nA consequence, checked on the grids: each tabular step moves one action value by alpha d and "
@@ -742,7 +763,7 @@ def _identity_section(ident: dict, inv: dict) -> list[str]:
              "with |rbar| < 100:\n")
     for t, x in inv.items():
         small = "-" if x["max_abs_small"] is None else f"{x['max_abs_small']:.3g}"
-        s.append(f"- {ALL[t]['title']}: relative {x['relative']:.2g}, absolute {small}, over {x['runs']:,} runs")
+        s.append(f"- {title(t)}: relative {x['relative']:.2g}, absolute {small}, over {x['runs']:,} runs")
     s.append("")
     return s
 
@@ -750,8 +771,8 @@ def _identity_section(ident: dict, inv: dict) -> list[str]:
 def report_markdown(grids, refs, claims, ident, inv, timing, quick) -> str:
     """The report: set-up, each claim with its table and verdict, the identity, the time."""
     s = _setup(grids, refs, quick)
-    s += _gamma_section(claims["gamma"], refs)
-    s += _offset_section(claims["offset"])
+    s += gamma_section(claims["gamma"], refs)
+    s += offset_section(claims["offset"])
     s += _estimate_section(claims["estimate"], grids, refs)
     s += _identity_section(ident, inv)
     s.append("Learning curves at the largest gamma below 1: ![curves](rc_curves.png)\n")

@@ -16,7 +16,7 @@
     bec-jax plot DIR... [--out PLOTS]       (runs or studies: curves, sensitivity, table)
     bec-jax compare DIR... --out FIG.png    (their best curves on one figure)
     bec-jax export DIR... --to tensorboard|wandb --out OUT [--per-seed] [--project P] [--overwrite]
-    bec-jax reproduce [--paper bec|tdrc|control|reward-centering] [--quick] [--out DIR] [--overwrite]
+    bec-jax reproduce [--paper bec|tdrc|control|reward-centering [--deep]] [--quick] [--out DIR] [--overwrite]
     bec-jax list [environments|algorithms|metrics|tasks|control-algorithms|continuing-tasks|
                   continuing-algorithms] [--json]
     bec-jax --version
@@ -451,14 +451,17 @@ def cmd_reproduce(args) -> int:
     if args.paper not in PAPERS:
         raise UsageError(f"paper: unknown paper {args.paper!r}; known: {', '.join(PAPERS)}")
     module = {"bec": "paper", "tdrc": "tdrc", "control": "control", "reward-centering": "reward_centering"}
-    exp = importlib.import_module("bec_jax.experiments." + module[args.paper])
-    out = args.out or os.path.join("results", "paper" if args.paper == "bec" else module[args.paper])
+    if args.deep and args.paper != "reward-centering":
+        raise UsageError(f"deep: --deep runs the network learners of --paper reward-centering, not {args.paper!r}")
+    name = module[args.paper] + ("_deep" if args.deep else "")
+    exp = importlib.import_module("bec_jax.experiments." + name)
+    out = args.out or os.path.join("results", "paper" if args.paper == "bec" else name)
     enable_compilation_cache()
-    again = (f"to start it again: bec-jax reproduce --paper {args.paper}{' --quick' if args.quick else ''} "
-             f"--out {shlex.quote(out)}")
+    again = (f"to start it again: bec-jax reproduce --paper {args.paper}{' --deep' if args.deep else ''}"
+             f"{' --quick' if args.quick else ''} --out {shlex.quote(out)}")
     guard = _watchdog(args, out, again)  # a bad BEC_JAX_STALL_TIMEOUT is refused before --out is made
     rundir.prepare_out_dir(out, args.overwrite, allow=exp.is_reproduce_dir)
-    if args.mean_square and args.paper in ("control", "reward-centering"):
+    if args.mean_square and (args.paper in ("control", "reward-centering") or args.deep):
         raise UsageError("mean_square: --mean-square checks the prediction reproductions (--paper bec or tdrc)")
     with guard:
         exp.reproduce(out_dir=out, quick=args.quick, **({"mean_square": True} if args.mean_square else {}))

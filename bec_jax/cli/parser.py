@@ -269,6 +269,10 @@ def _add_reproduce(sub, command) -> None:
                         "(the authors' control experiments: Q, CQ, GQ, CGQ on four tasks; into results/control) "
                         "or reward-centering (Naik et al. 2024's continuing tabular experiments: Q with and "
                         "without reward centering on Access-Control and TwoChoice; into results/reward_centering)")
+    q.add_argument("--deep", action="store_true",
+                   help="with --paper reward-centering: Naik et al.'s deep experiments, DQN and CDQN on Catch, "
+                        "Pendulum and PuckWorld (into results/reward_centering_deep); the full form projects its "
+                        "time, --quick runs a corner in minutes")
     q.add_argument("--quick", action="store_true", help="few seeds, short runs, small grids")
     q.add_argument("--mean-square", action="store_true",
                    help="also every grid point's exact mean-square prediction against its run, with long re-runs "
