@@ -164,10 +164,13 @@ def test_compare_stat_is_rliables_interval_of_each_runs_seeds(control, capsys, t
         assert got[k] == (point[k][0], ci[k][0, 0], ci[k][1, 0])
     if stat == "median":
         assert all(got[k][0] == np.median(scores[k]) for k in scores)
-    before = np.random.get_state()[1].copy()
+    np.random.seed(123)  # the caller's own state, drawn from: not the one the bootstrap seeds
+    np.random.random(7)
+    before = np.random.get_state()
     rc, out, _ = _run(["compare", str(control), "--out", str(tmp_path / "f.png"), "--stat", stat, "--reps",
                        str(REPS)], capsys)
-    assert rc == 0 and np.array_equal(np.random.get_state()[1], before)  # the caller's random state is left alone
+    after = np.random.get_state()  # the caller's random state is left alone: its key, position and gauss cache
+    assert rc == 0 and after[0] == before[0] and np.array_equal(after[1], before[1]) and after[2:] == before[2:]
     name = robust.stat_name(stat)
     for k in scores:
         m = re.search(rf"^{k}: {name} of each seed's area under its curve \(return\) = (\S+) \[(\S+), (\S+)\] "
@@ -270,7 +273,10 @@ def test_refusals_are_one_line(control, prediction, capsys, tmp_path, monkeypatc
         (["compare", one["q-cliff"], one["q-maze"], one["cq-cliff"], "--out", png, "--profile"],
          "dirs: cq has no run on maze"),
         (["compare", str(control), "--out", png, "--profile", "--labels", "a,b,c,d"], "labels: --profile"),
-        (["compare", str(control), "--out", png, "--stat", "iqm", "--reps", "5"], "reps: expected an integer >= 10"),
+        (["compare", str(control), "--out", png, "--stat", "iqm", "--reps", "5"],
+         "reps: expected an integer from 10 to 100000 (bootstrap resamples), got 5"),
+        (["compare", str(control), "--out", png, "--stat", "iqm", "--reps", "1000000000"],
+         "reps: expected an integer from 10 to 100000 (bootstrap resamples), got 1000000000"),
         (["compare", str(control), str(prediction), "--out", png, "--stat", "iqm"], "dirs: "),
     ]
     for argv, msg in cases:
@@ -321,3 +327,23 @@ def test_the_guides_commands_run_as_pasted(tmp_path):
     assert re.search(r"^q vs cq: P\(q > cq\) = 0\.\d+ \[", p.stdout, re.M), p.stdout
     for f in ("iqm.png", "profile.png", "runs/ctl/plots/robust.md", "runs/ctl/plots/robust.csv"):
         assert (tmp_path / f).stat().st_size > 100, f
+
+
+def test_one_seed_gives_no_interval(tmp_path, capsys):
+    """A run of one seed: its statistic is its seed's score, and it has no
+    interval (the bootstrap's resamples are all that seed): said as much, not
+    printed as a zero-width 95% interval; robust.csv leaves the bounds empty."""
+    d = tmp_path / "one"
+    assert main(["continuing", "--task", "two_choice", "--algorithm", "q", "--alpha", "0.1,0.3", "--seeds", "1",
+                 "--steps", "1000", "--out", str(d)]) == 0
+    capsys.readouterr()
+    rc, out, err = _run(["compare", str(d), "--out", str(tmp_path / "f.png"), "--stat", "iqm"], capsys)
+    score = kinds.load_result(str(d)).rate_interval("all")[0]
+    m = re.fullmatch(r"one: IQM of each seed's area under its curve \(all\) = (\S+) \(1 seed: no confidence "
+                     r"interval; run more seeds for one\)\nwrote .*\n", out)
+    assert rc == 0 and m and err == "", (out, err)
+    assert float(m.group(1)) == pytest.approx(float(np.max(score)), rel=1e-5)
+    scores = robust.run_scores({"one": kinds.load_result(str(d))})  # plot --stat's robust.md and .csv rows
+    (row,) = robust.rows(robust.interval_estimates({"one": scores["one"][:, None]}, "iqm", over="seeds"), "iqm",
+                         {"one": 1}, "score")
+    assert row["IQM"] == pytest.approx(float(m.group(1)), rel=1e-5) and row["IQM CI low"] is row["IQM CI high"] is None

@@ -37,8 +37,9 @@ def _score_name(results: dict, metric) -> str:
 
 def _interval_lines(est: dict, stat: str, seeds: dict, score: str) -> list[str]:
     from bec_jax.run.robust import stat_name
-    return [f"{k}: {stat_name(stat)} of {score} = {p:.6g} [{lo:.6g}, {hi:.6g}] (95% stratified bootstrap CI, "
-            f"{seeds[k]} seeds)" for k, (p, lo, hi) in est.items()]
+    return [f"{k}: {stat_name(stat)} of {score} = {p:.6g} " + (
+        f"[{lo:.6g}, {hi:.6g}] (95% stratified bootstrap CI, {seeds[k]} seeds)" if seeds[k] > 1 else
+        "(1 seed: no confidence interval; run more seeds for one)") for k, (p, lo, hi) in est.items()]
 
 
 def _save(fig, path: str) -> str:

@@ -32,15 +32,18 @@ from __future__ import annotations
 import contextlib
 import importlib
 import itertools
+import math
 import warnings
 from typing import NamedTuple
 
 import numpy as np
 
+from bec_jax.files import finite_or_none
 from bec_jax.run import kinds
 
 STATS = ("iqm", "mean", "median")
 REPS = 2000          # bootstrap resamples (rliable's default of 50000 takes minutes on a curve)
+MAX_REPS = 100_000   # twice rliable's default; each resample costs time on every curve point
 LEVEL = 0.95
 CURVE_POINTS = 25    # points of a curve the bootstrap band is computed at (evenly spread)
 PROFILE_TAUS = 51    # thresholds of a performance profile on [0, 1]
@@ -102,9 +105,9 @@ def seeded(seed: int):
 
 
 def check_reps(reps) -> int:
-    """`reps` if it is an integer >= 10; `ValueError` naming `reps` otherwise."""
-    if not isinstance(reps, int) or isinstance(reps, bool) or reps < 10:
-        raise ValueError(f"reps: expected an integer >= 10 (bootstrap resamples), got {reps!r}")
+    """`reps` if it is an integer from 10 to MAX_REPS; `ValueError` naming `reps` otherwise."""
+    if not isinstance(reps, int) or isinstance(reps, bool) or not 10 <= reps <= MAX_REPS:
+        raise ValueError(f"reps: expected an integer from 10 to {MAX_REPS} (bootstrap resamples), got {reps!r}")
     return reps
 
 
@@ -112,13 +115,16 @@ def interval_estimates(score_dict: dict, stat: str = "iqm", reps: int = REPS, se
                        over: str = "tasks") -> dict:
     """{label: (point, low, high)}: rliable's `get_interval_estimates` of the
     `stat` (`aggregate(stat, over)`) of each (runs x tasks) matrix, its 95%
-    stratified bootstrap interval."""
+    stratified bootstrap interval. One run (one seed) gives no interval: its
+    resamples are all the same run, so low and high are NaN, not the point."""
     library, _ = require()
     f = aggregate(stat, over)
     with seeded(seed):
         point, ci = library.get_interval_estimates(score_dict, f, reps=check_reps(reps),
                                                    confidence_interval_size=LEVEL)
-    return {k: (float(point[k][0]), float(ci[k][0, 0]), float(ci[k][1, 0])) for k in score_dict}
+    one = {k for k, v in score_dict.items() if np.shape(v)[0] < 2}
+    return {k: (float(point[k][0]), *((math.nan, math.nan) if k in one else (float(ci[k][0, 0]), float(ci[k][1, 0]))))
+            for k in score_dict}
 
 
 # ------------------------------------------------------------------ one run at a time
@@ -204,7 +210,8 @@ def curve_estimates(results: dict, stat: str = "iqm", metric=None, select: dict 
         with seeded(seed):
             p, ci = library.get_interval_estimates(
                 {key: cube}, f, reps=check_reps(reps), confidence_interval_size=LEVEL)
-        out[key] = (x[at], p[key], ci[key][0], ci[key][1])
+        band = (ci[key][0], ci[key][1]) if len(v) > 1 else (np.full(len(at), np.nan),) * 2  # one seed: no band
+        out[key] = (x[at], p[key], *band)
     return out
 
 
@@ -380,5 +387,5 @@ def rows(est: dict, stat: str, seeds: dict, score: str) -> list[dict]:
     """Table rows of `interval_estimates` of single runs: run, score, seeds,
     the statistic, its interval."""
     name = stat_name(stat)
-    return [{"run": k, "score": score, "seeds": int(seeds[k]), name: p, f"{name} CI low": lo,
-             f"{name} CI high": hi} for k, (p, lo, hi) in est.items()]
+    return [{"run": k, "score": score, "seeds": int(seeds[k]), name: p, f"{name} CI low": finite_or_none(lo),
+             f"{name} CI high": finite_or_none(hi)} for k, (p, lo, hi) in est.items()]
