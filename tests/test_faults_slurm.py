@@ -210,6 +210,17 @@ def test_a_damaged_submission_record_is_one_line(fake, capsys, record, why):
     assert (sdir / "submission.json").read_text() == record  # left as it was
 
 
+def test_a_logs_control_characters_are_printed_as_text(fake, capsys):
+    sdir = fake / "runs/x/slurm"
+    sdir.mkdir(parents=True)
+    (sdir / "submission.json").write_text('{"parts": 1, "array_job": "101", "assemble_job": "102"}')
+    (sdir / "part-1.log").write_bytes(b"x" * 20000 + b"\nbec-jax: error: \x1b]0;owned\x07\x1b[2J gone\n")
+    code, out, err = _cli(["status", "runs/x"], capsys)
+    assert code == 0 and err == [], err
+    assert "part 1: failed: bec-jax: error: \\x1b]0;owned\\x07\\x1b[2J gone" in out.splitlines(), out
+    assert "\x1b" not in out and "\x07" not in out
+
+
 def test_too_many_parts_are_refused_at_once_and_the_most_are_counted_quickly(fake, capsys):
     (fake / "runs/x/slurm").mkdir(parents=True)
     for argv in (["status", "runs/x", "--parts", "100000000"],

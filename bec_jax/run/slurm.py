@@ -372,13 +372,18 @@ def query_squeue(jobs: list[str]) -> dict | None:
 
 
 def _last_line(path: str) -> str | None:
-    """The last non-empty line of a log (None: no log)."""
+    """The last non-empty line of a log (None: no log), from its last 8 kB,
+    with any control character left in it escaped (a terminal's escape
+    sequence in a log is printed as text, not obeyed)."""
     try:
-        with open(path, errors="replace") as f:
-            lines = [x.strip() for x in f.read()[-8192:].splitlines() if x.strip()]
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 8192))
+            text = f.read().decode(errors="replace")
     except OSError:
         return None
-    return lines[-1] if lines else ""
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    last = lines[-1] if lines else ""
+    return "".join(c.encode("unicode_escape").decode() if has_control(c) else c for c in last)
 
 
 def _part(out, tallies, k: int, n: int, rec: dict | None, queue: dict | None, logs: set) -> Part:
