@@ -93,6 +93,17 @@ def test_readers_of_a_truncated_curves_npz_give_one_line_and_write_nothing(runs,
     assert _snapshot(d) == before and sorted(os.listdir(tmp_path)) == ["run"]
 
 
+def test_another_npz_in_place_of_curves_npz_is_named(runs, tmp_path, capsys):
+    d = tmp_path / "run"
+    shutil.copytree(runs / "ref", d)
+    np.savez(d / "curves.npz", x=np.zeros(3))  # reads as a zip of arrays, but not this run's
+    code, _, err = _cli(["plot", d], capsys)
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"bec-jax: error: dirs: {str(d / 'curves.npz')!r} is damaged (not this run's arrays: "
+                             "KeyError: "), err
+    assert not (d / "plots").exists()
+
+
 def test_a_damaged_result_whose_chunks_are_kept_says_resume_and_resumes_bit_for_bit(runs, tmp_path, capsys):
     """The parts saved every chunk, and the result files are there with a
     byte of curves.npz overwritten: the readers name the member whose CRC

@@ -174,6 +174,9 @@ def load_result(out_dir: str):
         return kind.result.load(out_dir)
     except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as e:
         found = result_problem(out_dir)
-        if found is None:  # not a damaged file (an address-space limit, say: its own line)
-            raise
+        if found is None:
+            if isinstance(e, ValueError):  # one line already (an address-space limit, say)
+                raise
+            # Files that read, but not as this kind's result (another npz put in its place): name it.
+            found = (os.path.join(out_dir, CURVES_FILE), f"not this run's arrays: {type(e).__name__}: {e}")
         raise rundir.damaged(out_dir, *found) from e
