@@ -6,8 +6,8 @@ where the run's chunks are still there (then bit for bit a clean run's
 results), the study's `--resume` for a study's sweep, else running it again;
 nothing is written. A chunk whose data changed under its old checksum, and a
 chunk of the same sweep run at another chunk size, are set aside by a resume,
-which then gives a clean run's results bit for bit. Through the command line,
-in this process."""
+which then gives a clean run's results bit for bit; `status` (item 7) counts
+only the chunks a resume would use. Through the command line, in this process."""
 import json
 import os
 import shutil
@@ -15,8 +15,10 @@ import shutil
 import jax
 import numpy as np
 import pytest
+from test_faults_slurm import SWEEP, _tool
 
 from bec_jax.cli import commands as cli
+from bec_jax.run import rundir, slurm
 
 jax.devices()  # one CPU device, before the in-process CLI calls below could make one per core
 
@@ -171,3 +173,96 @@ def test_a_resume_sets_aside_a_changed_value_and_another_chunk_sizes_chunk(runs,
     assert sorted(os.listdir(aside)) == sorted(moved)
     for name, data in moved.items():
         assert (aside / name).read_bytes() == data, name
+
+
+# ------------------------------------------------------------------ item 7: status counts what a resume would use
+
+def _changed_value(src, dst) -> None:
+    """Chunk file `src` with one value of its data changed, its index, fingerprint and checksum kept."""
+    with np.load(src) as z:
+        arrays = {k: z[k] for k in z.files}
+    key = next(k for k in sorted(arrays) if not k.startswith("_") and arrays[k].dtype.kind == "f"
+               and arrays[k].size)
+    flat = arrays[key].copy().reshape(-1)
+    j = np.flatnonzero(np.isfinite(flat))[0]
+    flat[j] += 1.0
+    arrays[key] = flat.reshape(arrays[key].shape)
+    np.savez(dst, **arrays)
+
+
+def test_status_counts_only_the_chunks_a_resume_would_use(runs, tmp_path, capsys):
+    """Planted chunk files (junk, a copy of another chunk, a chunk 99 of 4, one
+    value changed under its old checksum, chunk 0 of the same sweep at another
+    chunk size) are not counted; the counts are those `--resume` keeps."""
+    d = tmp_path / "run"
+    shutil.copytree(runs / "parts", d)
+    c = d / "chunks"
+    np.savez(c / "chunk_00001.npz", x=np.zeros(1))                   # junk
+    shutil.copy(c / "chunk_00000.npz", c / "chunk_00099.npz")        # "chunk 99 of 4"
+    _changed_value(c / "chunk_00002.npz", c / "chunk_00002.npz")    # data changed, checksum kept
+    shutil.copy(runs / "two" / "chunks" / "chunk_00000.npz", c / "chunk_00003.npz")
+    code, out, err = _cli(["status", d, "--parts", "2"], capsys)
+    assert code == 0 and err == [], err
+    assert out.splitlines()[1:4] == ["chunks saved: 1 of 4", "part 1: missing (1 of 2 chunks)",
+                                     "part 2: missing (0 of 2 chunks)"]
+    assert slurm.read_sweep(str(d)).saved == {0}
+    # What a resume keeps of the same files: the same chunk.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(rundir.ChunkStore, "_set_aside", lambda self, paths, why, then: None)
+        assert sorted(rundir.ChunkStore(str(d)).load_done(clean=False)) == [0]
+    # A copy of chunk 0 over chunk 3 (another chunk), and chunk 0 of the chunk-size-2 run as chunk 0.
+    shutil.copy(c / "chunk_00000.npz", c / "chunk_00003.npz")
+    shutil.copy(runs / "two" / "chunks" / "chunk_00000.npz", c / "chunk_00000.npz")
+    assert slurm.read_sweep(str(d)).saved == frozenset()
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """tests/test_faults_slurm.py's stand-in Slurm: an sbatch that records its
+    calls and answers 101, 102, ...; an squeue that lists what squeue.txt holds."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    calls = tmp_path / "calls.txt"
+    _tool(bin_, "sbatch", f'echo "sbatch $*" >> {calls}\nn=$(grep -c ^sbatch {calls})\necho $((100 + n))\n')
+    _tool(bin_, "squeue", f"cat {tmp_path}/squeue.txt 2>/dev/null; exit 0\n")
+    _tool(bin_, "scancel", f'echo "scancel $*" >> {calls}\n')
+    monkeypatch.setenv("PATH", f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sweep.toml").write_text(SWEEP)
+    return tmp_path
+
+
+def test_status_from_the_files_alone(fake, runs, capsys):
+    """Parts 1 and 3 of 3 saved their chunks (real ones: status reads each as
+    a resume would), part 2 wrote a log and stopped: done, failed (its last
+    line), done; and how to finish. (Moved here from tests/test_submit.py,
+    whose planted zero arrays status no longer counts as chunks; the stand-in
+    Slurm is the one of tests/test_faults_slurm.py.)"""
+    d = fake
+    assert cli.main(["run", "--config", "sweep.toml", "--out", "runs/x", "--submit", "slurm", "--parts", "3"]) == 0
+    chunks = d / "runs/x/chunks"
+    chunks.mkdir()
+    shutil.copy(runs / "parts" / "chunks" / "manifest.json", chunks)
+    for i in (0, 3, 2):  # part 1 owns 0, 3; part 2 owns 1; part 3 owns 2
+        shutil.copy(runs / "parts" / "chunks" / f"chunk_{i:05d}.npz", chunks)
+    (d / "runs/x/slurm/part-2.log").write_text("starting\nbec-jax: error: something broke\n\n")
+    capsys.readouterr()
+    assert cli.main(["status", "runs/x"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:6] == ["runs/x: a sweep submitted in 3 parts (job array 101, assembling job 102)",
+                         "chunks saved: 3 of 4",
+                         "part 1: done (2 of 2 chunks)",
+                         "part 2: failed (0 of 1 chunks): bec-jax: error: something broke",
+                         "part 3: done (1 of 1 chunks)",
+                         "assembling: not run (cancelled, or Slurm has forgotten it: a part failed?)"]
+    assert lines[6] == ("to finish: bec-jax run --config sweep.toml --out runs/x --submit slurm --parts 3   (the same "
+                        "submission again: each part keeps the chunks it saved)")
+    # squeue lists part 2 running and the assembling job waiting: the queue's word wins over the log.
+    (d / "squeue.txt").write_text("101|2|RUNNING|None\n102|N/A|PENDING|Dependency\n")
+    st = slurm.status("runs/x")
+    assert [p.state for p in st.parts] == ["done", "running", "done"]
+    assert st.assembling == "pending (until every part has succeeded)" and slurm.resubmit_hint(st) is None
+    # Without the submission's record: the chunks alone, and parts only when given.
+    os.remove(d / "runs/x/slurm/submission.json")
+    assert slurm.status("runs/x").parts == ()
+    assert [p.state for p in slurm.status("runs/x", parts=3).parts] == ["done", "failed", "done"]

@@ -3,9 +3,10 @@
 newlines and other control characters, quoted as sbatch reads an `#SBATCH`
 line (a port of Slurm's own `get_argument` below), and the command run with
 bash as the job would; sbatch's prefixes of the options the submission sets
-are refused; a damaged or hostile submission record, a huge --parts and
-planted chunk files are one line or counted as `--resume` counts them.
-Against a stand-in sbatch and squeue (tests/test_submit.py's)."""
+are refused; a damaged or hostile submission record and a huge --parts are
+one line, a log's control characters are printed as text (planted chunk
+files: tests/test_faults_readers.py, which has the runs). Against a stand-in
+sbatch and squeue (tests/test_submit.py's)."""
 import os
 import re
 import shutil
@@ -14,11 +15,10 @@ import subprocess
 import time
 
 import jax
-import numpy as np
 import pytest
 
 from bec_jax.cli import commands as cli
-from bec_jax.run import rundir, slurm
+from bec_jax.run import slurm
 
 jax.devices()  # one CPU device, before the in-process CLI calls below could make one per core
 
@@ -234,94 +234,3 @@ def test_too_many_parts_are_refused_at_once_and_the_most_are_counted_quickly(fak
     lines = out.splitlines()
     assert len(lines) == 2 + slurm.MAX_PARTS + 1 and lines[-1] == "assembling: not submitted"
     assert lines[2] == "part 1: missing" and lines[-2] == f"part {slurm.MAX_PARTS}: missing"
-
-
-GRID4 = 'env = "boyan_chain"\nalgorithm = "td"\nhyperparameters = {alpha = [0.01, 0.05, 0.1, 0.2]}\nseeds = 2\n' \
-        'steps = 40\nlog_every = 10\n'
-
-
-@pytest.fixture(scope="module")
-def chunk_stores(tmp_path_factory):
-    """Every chunk of a 4-point sweep at chunk size 1 (one part of one: nothing
-    assembled), and chunk 0 of the same sweep at chunk size 2."""
-    root = tmp_path_factory.mktemp("stores")
-    (root / "g.toml").write_text(GRID4)
-    for name, size in (("one", 1), ("two", 2)):
-        assert cli.main(["run", "--config", str(root / "g.toml"), "--out", str(root / name), "--chunk-size",
-                         str(size), "--chunks", "1/1"]) == 0
-    assert sorted(os.listdir(root / "one" / "chunks")) == [f"chunk_0000{i}.npz" for i in range(4)] + ["manifest.json"]
-    return root
-
-
-def _changed_value(src, dst) -> None:
-    """Chunk file `src` with one value of its data changed, its index, fingerprint and checksum kept."""
-    with np.load(src) as z:
-        arrays = {k: z[k] for k in z.files}
-    key = next(k for k in sorted(arrays) if not k.startswith("_") and arrays[k].dtype.kind == "f"
-               and arrays[k].size)
-    flat = arrays[key].copy().reshape(-1)
-    j = np.flatnonzero(np.isfinite(flat))[0]
-    flat[j] += 1.0
-    arrays[key] = flat.reshape(arrays[key].shape)
-    np.savez(dst, **arrays)
-
-
-def test_status_counts_only_the_chunks_a_resume_would_use(chunk_stores, tmp_path, capsys):
-    """Planted chunk files (junk, a copy of another chunk, a chunk 99 of 4, one
-    value changed under its old checksum, chunk 0 of the same sweep at another
-    chunk size) are not counted; the counts are those `--resume` keeps."""
-    d = tmp_path / "run"
-    shutil.copytree(chunk_stores / "one", d)
-    c = d / "chunks"
-    np.savez(c / "chunk_00001.npz", x=np.zeros(1))                   # junk
-    shutil.copy(c / "chunk_00000.npz", c / "chunk_00099.npz")        # "chunk 99 of 4"
-    _changed_value(c / "chunk_00002.npz", c / "chunk_00002.npz")    # data changed, checksum kept
-    shutil.copy(chunk_stores / "two" / "chunks" / "chunk_00000.npz", c / "chunk_00003.npz")
-    code, out, err = _cli(["status", d, "--parts", "2"], capsys)
-    assert code == 0 and err == [], err
-    assert out.splitlines()[1:4] == ["chunks saved: 1 of 4", "part 1: missing (1 of 2 chunks)",
-                                     "part 2: missing (0 of 2 chunks)"]
-    assert slurm.read_sweep(str(d)).saved == {0}
-    # What a resume keeps of the same files: the same chunk.
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(rundir.ChunkStore, "_set_aside", lambda self, paths, why, then: None)
-        assert sorted(rundir.ChunkStore(str(d)).load_done(clean=False)) == [0]
-    # A copy of chunk 0 over chunk 3 (another chunk), and chunk 0 of the chunk-size-2 run as chunk 0.
-    shutil.copy(c / "chunk_00000.npz", c / "chunk_00003.npz")
-    shutil.copy(chunk_stores / "two" / "chunks" / "chunk_00000.npz", c / "chunk_00000.npz")
-    assert slurm.read_sweep(str(d)).saved == frozenset()
-
-
-def test_status_from_the_files_alone(fake, chunk_stores, capsys):
-    """Parts 1 and 3 of 3 saved their chunks (real ones: status reads each as
-    a resume would), part 2 wrote a log and stopped: done, failed (its last
-    line), done; and how to finish. (Moved here from tests/test_submit.py,
-    whose planted zero arrays status no longer counts as chunks.)"""
-    d = fake
-    assert cli.main(["run", "--config", "sweep.toml", "--out", "runs/x", "--submit", "slurm", "--parts", "3"]) == 0
-    chunks = d / "runs/x/chunks"
-    chunks.mkdir()
-    shutil.copy(chunk_stores / "one" / "chunks" / "manifest.json", chunks)
-    for i in (0, 3, 2):  # part 1 owns 0, 3; part 2 owns 1; part 3 owns 2
-        shutil.copy(chunk_stores / "one" / "chunks" / f"chunk_{i:05d}.npz", chunks)
-    (d / "runs/x/slurm/part-2.log").write_text("starting\nbec-jax: error: something broke\n\n")
-    capsys.readouterr()
-    assert cli.main(["status", "runs/x"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[:6] == ["runs/x: a sweep submitted in 3 parts (job array 101, assembling job 102)",
-                         "chunks saved: 3 of 4",
-                         "part 1: done (2 of 2 chunks)",
-                         "part 2: failed (0 of 1 chunks): bec-jax: error: something broke",
-                         "part 3: done (1 of 1 chunks)",
-                         "assembling: not run (cancelled, or Slurm has forgotten it: a part failed?)"]
-    assert lines[6] == ("to finish: bec-jax run --config sweep.toml --out runs/x --submit slurm --parts 3   (the same "
-                        "submission again: each part keeps the chunks it saved)")
-    # squeue lists part 2 running and the assembling job waiting: the queue's word wins over the log.
-    (d / "squeue.txt").write_text("101|2|RUNNING|None\n102|N/A|PENDING|Dependency\n")
-    st = slurm.status("runs/x")
-    assert [p.state for p in st.parts] == ["done", "running", "done"]
-    assert st.assembling == "pending (until every part has succeeded)" and slurm.resubmit_hint(st) is None
-    # Without the submission's record: the chunks alone, and parts only when given.
-    os.remove(d / "runs/x/slurm/submission.json")
-    assert slurm.status("runs/x").parts == ()
-    assert [p.state for p in slurm.status("runs/x", parts=3).parts] == ["done", "failed", "done"]
