@@ -185,7 +185,7 @@ def test_wandb_overwrite_replaces_the_runs_it_wrote_even_after_a_sync(run, tmp_p
     assert code == 0 and err == [], err
     now = runs()
     assert len(now) == 2 and not set(now) & set(first)
-    assert json.load(open(out / export.MANIFEST))["written"] == [f"wandb/{d}" for d in now]
+    assert sorted(json.load(open(out / export.MANIFEST))["written"]) == [f"wandb/{d}" for d in now]
     assert (out / "wandb" / "mine.txt").read_text() == "mine"
     assert os.path.realpath(out / "wandb" / "latest-run") in {str(out / "wandb" / d) for d in now}
 
