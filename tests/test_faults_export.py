@@ -195,7 +195,7 @@ SLOW_EXPORT = textwrap.dedent("""
     from bec_jax.run import export
     real = export._new_event_file
     def slow(*args):  # an export that takes long enough for a second one to come
-        time.sleep(0.4)
+        time.sleep(0.6)
         return real(*args)
     export._new_event_file = slow
     from bec_jax.cli import commands as cli
