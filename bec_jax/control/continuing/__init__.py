@@ -10,9 +10,11 @@ gives the optimal average reward to measure against (issue 46). Modules:
   exact     average reward of a policy, optimal gain, policy and differential
             values of a tabular model (numpy float64)
   csuite    csuite's Catch family, Pendulum and Taxi in JAX
+  puckworld Naik et al.'s PuckWorld (their csuite fork)
   tasks     the registry: make, names, register, factory
   learners  the continuing learners (Q-learning, reward centering,
-            differential and RVI Q-learning, ...)
+            differential and RVI Q-learning, ...), the network ones included
+  deep      the network learners (DQN, centered DQN): settings, state, update
   spec, program, sweep, results, plotting
             the front: a run's spec, its one compiled program, the sweep,
             saved results and figures
