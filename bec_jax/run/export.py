@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bec_jax.files import TMP_PREFIX, write_json
-from bec_jax.run import kinds, rundir
+from bec_jax.run import kinds, outdir
 
 TARGETS = ("tensorboard", "wandb")
 EXTRAS = {"tensorboard": ("TensorBoard", "tensorboard"), "wandb": ("Weights & Biases", "wandb")}
@@ -504,7 +504,7 @@ def _write(recs: list[Record], to: str, out: str, project: str, done: list) -> N
 def export(results: dict, to: str, out: str, per_seed: bool = False, project: str = "bec_jax") -> list[Record]:
     """Writes {sweep name: result} to `to` ("tensorboard" or "wandb") in `out`
     (made if missing) and returns the records. One export (or run) at a time
-    writes `out` (`rundir.lock_dir`). The export is written into a folder of
+    writes `out` (`outdir.lock_dir`). The export is written into a folder of
     its own inside `out` first: only once all of it is written is what an
     earlier export there listed in its manifest deleted (`previous`) and the
     new one moved into place and listed, with each entry's sha256. An export
@@ -518,7 +518,7 @@ def export(results: dict, to: str, out: str, per_seed: bool = False, project: st
     os.makedirs(out, exist_ok=True)
     placed: list = []
     try:
-        rundir.lock_dir(out)
+        outdir.lock_dir(out)
         _write(recs, to, out, project, placed)
     except OSError as e:
         field = "disk" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "out"
@@ -530,7 +530,7 @@ def export(results: dict, to: str, out: str, per_seed: bool = False, project: st
                 ("free some space and export again" if field == "disk" else "make it writable and export again")
         raise ValueError(f"{field}: cannot write the export into {out!r}: {what}; {state}") from None
     finally:
-        rundir.unlock_dir(out)
+        outdir.unlock_dir(out)
         if made and not placed:
             with contextlib.suppress(OSError):
                 os.rmdir(out)  # only where empty

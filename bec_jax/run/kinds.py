@@ -161,15 +161,15 @@ def load_result(out_dir: str):
     `SweepResult`, a `ControlResult`); `ValueError` naming `dirs` when there is
     none or the kind is unknown, or one line naming the damaged file (a
     truncated curves.npz, say) and how to get the results back
-    (`rundir.damaged`), or while another process's run writes it
-    (`rundir.check_not_writing`): every reader of saved runs reads them here."""
+    (`outdir.damaged`), or while another process's run writes it
+    (`outdir.check_not_writing`): every reader of saved runs reads them here."""
     import zipfile
     import zlib
 
     from bec_jax.files import result_problem
-    from bec_jax.run import rundir
+    from bec_jax.run import outdir
     kind = of_dir(out_dir)
-    rundir.check_not_writing(out_dir)  # a run writing it (a --resume, an --overwrite) is about to change it
+    outdir.check_not_writing(out_dir)  # a run writing it (a --resume, an --overwrite) is about to change it
     try:
         return kind.result.load(out_dir)
     except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error) as e:
@@ -179,4 +179,4 @@ def load_result(out_dir: str):
                 raise
             # Files that read, but not as this kind's result (another npz put in its place): name it.
             found = (os.path.join(out_dir, CURVES_FILE), f"not this run's arrays: {type(e).__name__}: {e}")
-        raise rundir.damaged(out_dir, *found) from e
+        raise outdir.damaged(out_dir, *found) from e
