@@ -58,7 +58,9 @@ def t_half_width_of(values, axis: int = 0, level: float = 0.95):
     n = v.shape[axis]
     if n < 2:
         return np.full(np.delete(v.shape, axis), np.nan)
-    return t_half_width(v.std(axis, ddof=1), n, level)
+    with np.errstate(invalid="ignore", over="ignore"):  # infinite values: a NaN width, without numpy's warnings
+        std = v.std(axis, ddof=1)
+    return t_half_width(std, n, level)
 
 
 def t_half_width_from_se(se, n, level: float = 0.95):

@@ -2,6 +2,9 @@
 its sizes, discount, cap and functions, and the shape of its features, so a
 task a user writes fails in one line naming the field, never deep inside a
 compiled program (`bec_jax.control.transition`).
+
+`one_line`, `shape_of` and `features_problem` are shared with the continuing
+tasks' checks (`bec_jax.control.continuing.tasks_check`).
 """
 from __future__ import annotations
 
@@ -33,22 +36,45 @@ def _check_sizes(env, where: str) -> None:
             raise ValueError(f"{where}: {field} must be callable")
 
 
-def _check_features(env, where: str) -> None:
-    """The features of a reset state: (A, num_active) integer indices or
-    (A, num_features) float vectors, as the task declares."""
+def one_line(e: BaseException) -> str:
+    """'RuntimeError: boom': a user function's error as one short line (its
+    type and the first line of its message)."""
+    first = (str(e).splitlines() or [""])[0][:200]
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def shape_of(where: str, call: str, fn, *args):
+    """`jax.eval_shape(fn, *args)`: the shapes a task's function gives,
+    traced, not run; a one-line `ValueError` '{where}: {call} fails: ...'
+    when the user's function raises."""
     try:
-        out = jax.eval_shape(lambda key: env.features(env.reset(key)), jax.random.key(0))
+        return jax.eval_shape(fn, *args)
     except Exception as e:  # the user's functions: any error, one line
-        first = (str(e).splitlines() or [""])[0][:200]
-        raise ValueError(f"{where}: features(reset(key)) fails: {type(e).__name__}: {first}") from None
+        raise ValueError(f"{where}: {call} fails: {one_line(e)}") from None
+
+
+def features_problem(out, num_actions: int, num_active: int, num_features: int) -> str | None:
+    """What is wrong with features of shape and dtype `out` (a
+    `jax.ShapeDtypeStruct`), or None: (A, num_active) integer indices or
+    (A, num_features) float vectors, as the task declares."""
     shape, dtype = getattr(out, "shape", None), getattr(out, "dtype", None)
     sparse = dtype is not None and jnp.issubdtype(dtype, jnp.integer)
     dense = dtype is not None and jnp.issubdtype(dtype, jnp.floating)
-    want = (env.num_actions, env.num_active if sparse else env.num_features)
-    if not (sparse or dense) or tuple(shape) != want:
-        raise ValueError(f"{where}: features gives {dtype}{list(shape or ())}; expected ({env.num_actions}, "
-                         f"{env.num_active}) integer indices (num_actions, num_active) or ({env.num_actions}, "
-                         f"{env.num_features}) float vectors (num_actions, num_features)")
+    want = (num_actions, num_active if sparse else num_features)
+    if (sparse or dense) and tuple(shape) == want:
+        return None
+    return (f"features gives {dtype}{list(shape or ())}; expected ({num_actions}, {num_active}) integer indices "
+            f"(num_actions, num_active) or ({num_actions}, {num_features}) float vectors (num_actions, "
+            "num_features)")
+
+
+def _check_features(env, where: str) -> None:
+    """The features of a reset state: (A, num_active) integer indices or
+    (A, num_features) float vectors, as the task declares."""
+    out = shape_of(where, "features(reset(key))", lambda key: env.features(env.reset(key)), jax.random.key(0))
+    problem = features_problem(out, env.num_actions, env.num_active, env.num_features)
+    if problem:
+        raise ValueError(f"{where}: {problem}")
 
 
 def check_task(env, name: str):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -49,10 +50,13 @@ class ContinuingResult(GridResult):
         overflowed).
       q_table: (G, N, S, A) the final action values, tabular tasks only.
       meta: timings, versions, machine and device.
+      source: the run directory the result was saved to or loaded from (None
+        before either), which messages about it name; not a field.
     """
 
     KIND = CONTINUING_KIND  # the kind of sweep, as its spec's "kind" names it
     RUNS = "reward"  # (G, N, L): `GridResult`'s sizes
+    source: ClassVar[str | None] = None  # set on an instance by `save` and `load`
 
     spec: object
     grid: dict
@@ -116,7 +120,19 @@ class ContinuingResult(GridResult):
             if not where.any():
                 raise ValueError("where: selects no grid point")
             mean = np.where(where, mean, np.nan)
+        if np.all(np.isnan(mean)):
+            raise ValueError(self._no_best())
         return int(np.nanargmax(mean))
+
+    def _no_best(self) -> str:
+        """Why no grid point has a reward rate: the task's NaN rewards, named
+        with the run (numpy's 'All-NaN slice encountered' names neither)."""
+        runs = np.isnan(self.reward).any(-1)
+        in_run = f" in {self.source}" if self.source else ""
+        if runs.any():
+            return (f"reward: the task {self.task} gave NaN rewards{in_run} ({int(runs.sum())} of {runs.size} runs, "
+                    "at every grid point); no setting can be ranked; its step must give finite rewards")
+        return f"where: no selected grid point{in_run} has a reward rate"
 
     # -- exact reference (tabular tasks) ------------------------------------------
     @functools.cached_property
@@ -208,6 +224,12 @@ class ContinuingResult(GridResult):
         """Reads a result written by `save`."""
         spec, spec_dict, meta, columns = cls.read_meta(out_dir, ContinuingSpec)
         with np.load(os.path.join(out_dir, CURVES_FILE)) as z:
-            return cls(spec=spec, grid=cls.read_grid(z, columns),
-                       **{name: z[name] for name in ARRAYS},
-                       q_table=z["q_table"] if "q_table" in z.files else None, meta=meta, spec_dict=spec_dict)
+            r = cls(spec=spec, grid=cls.read_grid(z, columns), **{name: z[name] for name in ARRAYS},
+                    q_table=z["q_table"] if "q_table" in z.files else None, meta=meta, spec_dict=spec_dict)
+        r.source = out_dir
+        return r
+
+    def save(self, out_dir: str) -> None:
+        """`GridResult.save`, the result then naming `out_dir` as its run (`source`)."""
+        self.source = out_dir
+        super().save(out_dir)

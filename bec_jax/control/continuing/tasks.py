@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 from bec_jax.algorithms import lookup_callable, register_callable
 from bec_jax.control.continuing import csuite, puckworld, tabular
-from bec_jax.control.continuing.env import ContinuingEnv, check_env
+from bec_jax.control.continuing.env import ContinuingEnv
+from bec_jax.control.continuing.tasks_check import check_task
 
 # name -> factory (keyword parameters -> ContinuingEnv).
 TASKS: dict[str, Callable[..., ContinuingEnv]] = {}
@@ -55,7 +56,9 @@ def factory(ref: str) -> Callable[..., ContinuingEnv]:
 def make(name: str, **params) -> ContinuingEnv:
     """The continuing task `name` (registered, or `package.module:function`)
     with its parameters; a one-line `ValueError` naming the field for an
-    unknown task or parameter or a bad value (as `bec_jax.control.tasks.make`)."""
+    unknown task or parameter or a bad value (as `bec_jax.control.tasks.make`),
+    or naming the task for one that breaks the contract
+    (`continuing.tasks_check.check_task`)."""
     make_env = factory(name)
     sig = inspect.signature(make_env).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in sig.values()):  # else the factory checks its own
@@ -72,7 +75,7 @@ def make(name: str, **params) -> ContinuingEnv:
         raise
     except Exception as e:  # any other error of a user's factory: one line, not a traceback
         raise ValueError(f"task: {name} failed: {type(e).__name__}: {e}") from None
-    return check_env(env)
+    return check_task(env, name, make_env, params)  # the contract, on sample states for a user's task: one line
 
 
 # The built-in tasks (`bec_jax.control.continuing.tabular`).
