@@ -153,6 +153,34 @@ def test_a_flipped_byte_is_a_miss_that_rewrites_the_program(shared, tmp_path):
     _same(curves, shared["ref"])
 
 
+def test_a_truncated_jax_cache_entry_is_replaced_without_a_warning(shared, tmp_path):
+    """JAX's own entries cut to 1000 bytes (a disk that filled, a copy cut
+    short): JAX alone warns in two lines on every run and never writes them
+    again. Here the run is quiet, each entry is compiled again and replaced
+    by one that decompresses whole, and the results are a clean run's. In
+    the shared cache itself (JAX's keys follow its path), put back after."""
+    from jax._src import compilation_cache
+    cache, backup = shared["cache"], tmp_path / "backup"
+    shutil.copytree(cache, backup)
+    try:
+        for name in os.listdir(cache / program_cache.SUBDIR):  # kept programs would skip JAX's cache
+            os.remove(cache / program_cache.SUBDIR / name)
+        entries = [cache / n for n in os.listdir(cache) if n.endswith("-cache")]
+        assert entries
+        for path in entries:
+            os.truncate(path, 1000)
+        p, curves = _cli(tmp_path, "out", shared["secret_dir"], cache=cache)
+        assert not _lines(p.stderr), p.stderr
+        assert sorted(n for n in os.listdir(cache) if n.endswith("-cache")) == sorted(p.name for p in entries)
+        for path in entries:
+            assert path.stat().st_size > 1000
+            compilation_cache.decompress_executable(path.read_bytes())  # whole: a truncated stream raises
+        _same(curves, shared["ref"])
+    finally:
+        shutil.rmtree(cache)
+        shutil.copytree(backup, cache)
+
+
 def test_a_read_only_cache_dir_is_one_line(shared, tmp_path):
     """Instead of JAX's warning for every program it cannot write. Root may
     write anywhere, so for root the child is told the directory is not

@@ -129,7 +129,11 @@ def enable_compilation_cache() -> None:
     """Turns on JAX's persistent compilation cache (repeated runs skip compiling),
     unless BEC_JAX_NO_CACHE is set, in BEC_JAX_CACHE_DIR or ~/.cache/bec_jax/xla.
     A directory of another user, writable by group or others, or not writable
-    leaves the cache off, with one line on stderr saying how to fix it."""
+    leaves the cache off, with one line on stderr saying how to fix it. A
+    damaged entry of JAX's cache (or of JAX_COMPILATION_CACHE_DIR's) is
+    compiled again and replaced (`engine.jax_cache`)."""
+    from bec_jax.engine import jax_cache
+    jax_cache.mend()
     if os.environ.get("BEC_JAX_NO_CACHE"):
         return
     import jax

@@ -118,7 +118,7 @@ class ControlSpec(GridColumns):
             if name == "block" and v is None:
                 continue
             if not is_int(v) or not lo <= v <= MAX_INT32:
-                raise ValueError(f"{name}: must be an integer >= {lo}, got {v!r}")
+                raise ValueError(f"{name}: must be an integer in [{lo}, 2**31 - 1], got {v!r}")
         if not is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
             raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
         for name, lo, hi in (("epsilon", 0.0, 1.0), ("epsilon_decay", 0.0, 1.0), ("epsilon_min", 0.0, 1.0)):
@@ -136,7 +136,7 @@ class ControlSpec(GridColumns):
         for name in ("max_episode_steps", "max_steps"):
             v = getattr(self, name)
             if v is not None and (not is_int(v) or not 1 <= v <= MAX_INT32):
-                raise ValueError(f"{name}: must be a positive integer, got {v!r}")
+                raise ValueError(f"{name}: must be an integer in [1, 2**31 - 1], got {v!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}, got {self.dtype!r}")
         b = self.divergence_bound

@@ -60,7 +60,7 @@ def sizes(spec: ControlSpec, fused: bool = False) -> memory.Sizes:
     log = spec.episodes * (item + 4)
     return memory.Sizes(item=item, metrics=0, state=state, per_run=STATE_COPIES * state + LOOP_BYTES + 2 * log,
                         per_seed=32, report_stats=0, report_seed=0, finals=log + 4 + item, carry=0,
-                        log_points=1, block_steps=spec.block_steps)
+                        log_points=1, block_steps=spec.block_steps, run_logs=spec.episodes)
 
 
 def plan_memory(spec: ControlSpec, n_devices: int = 1, **kwargs) -> memory.Plan:

@@ -56,13 +56,18 @@ def _on_event(name: str, **_) -> None:
 
 
 def _listen() -> None:
-    """Registers the cache-event listener once per process."""
+    """Registers the cache-event listener once per process, and mends JAX's
+    persistent cache (`engine.jax_cache`: a damaged entry is compiled again
+    and replaced, not warned about on every run)."""
     with _LOCK:
         if _LISTENING[0]:
             return
         _LISTENING[0] = True
     import jax.monitoring
+
+    from bec_jax.engine import jax_cache
     jax.monitoring.register_event_listener(_on_event)
+    jax_cache.mend()
 
 
 def compile_program(fn, args: tuple, options: dict | None):

@@ -449,6 +449,27 @@ def _compile(spec, engine, group: Group, c: Chunk, devices, form, lay: _Layout, 
     return exe, placed, grid, made
 
 
+def _chunks_left(chunks: list, todo: list) -> dict:
+    """{group: chunks of it still to run}, for `_release`."""
+    left: dict = {}
+    for i in todo:
+        left[chunks[i].group] = left.get(chunks[i].group, 0) + 1
+    return left
+
+
+def _release(compiled: dict, left: dict, group: int) -> None:
+    """Counts one chunk of `group` done; once it has none left, drops this
+    run's hold on the group's programs. Each group of untraced task axes or
+    models has programs of its own (about 7 MB of executable each for a
+    continuing task on a CPU): held to the end of the run, a 500-value task
+    axis would keep 500 of them, outside the memory plan. The process's cache
+    (`tuning.memo_put`) still keeps the most recent `tuning.MAX_EXECUTABLES`."""
+    left[group] -= 1
+    if left[group] == 0:
+        for key in [k for k in compiled if k[0] == group]:
+            del compiled[key]
+
+
 def _first_of_shape(spec, engine, group: Group, c: Chunk, devices, compiler_options, lay: _Layout) -> tuple:
     """((exe, placements, seed placed), grid placed or None, programs compiled,
     compile seconds) for a run's first chunk of `c`'s shape: its program from
@@ -519,6 +540,7 @@ def run_chunks(spec, groups: list[Group], chunks: list[Chunk], devices, *,
     todo = [i for i in range(len(chunks)) if i not in done and (only is None or i in only)]
     results = dict(done)
     compiled: dict[tuple, tuple] = {}
+    left = _chunks_left(chunks, todo)
     compile_time, t_run, n_compiled = 0.0, 0.0, 0
     t_start = time.perf_counter()
     seg_line = _SegmentLine(progress, on_segment, t_start, len(todo), len(done), len(chunks))
@@ -542,6 +564,7 @@ def run_chunks(spec, groups: list[Group], chunks: list[Chunk], devices, *,
             results[i] = _run_chunk(spec, engine, exe, c, seed_dev, grid, i, len(chunks), lay, outputs,
                                     (seg_line, call_line), devices, timing)
             t_run += time.perf_counter() - t
+            _release(compiled, left, c.group)
             if on_chunk is not None:
                 on_chunk(i, results[i])
             if jax.process_index() == 0 and (

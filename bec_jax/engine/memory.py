@@ -239,6 +239,19 @@ class Sizes(NamedTuple):
     carry: int         # host bytes of a run's carried state between calls
     log_points: int    # L + 1
     block_steps: int = 1  # steps per log block (K)
+    # Log points each run keeps among its per-seed results (`finals`), for
+    # messages only: a front that logs per run rather than statistics over
+    # seeds (continuing control's blocks, control's episodes) says how many
+    # there are, where its `log_points` is 1.
+    run_logs: int = 0
+
+
+def logs_text(spec, sz: Sizes) -> str:
+    """What a run's logs are, for a message: '101 log points x 8 grid points',
+    or where each run keeps its own '100 log points x 2 seeds x 8 grid points'."""
+    if sz.run_logs:
+        return f"{sz.run_logs} log points x {spec.seeds} seeds x {spec.num_points} grid points"
+    return f"{sz.log_points} log points x {spec.num_points} grid points"
 
 
 def call_bytes(sz: Sizes, grid: int, seeds: int, blocks: int, per_seed: bool) -> int:
@@ -457,9 +470,9 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     if out is not None:
         free = disk_free(out)
         if disk > free:
-            raise TooLarge(f"log_every: the run's files need about {human(disk)} on disk ({L + 1} log points x "
-                           f"{G_all} grid points); {human(free)} is free where {out!r} is; log less often "
-                           "(a larger log_every) or free space")
+            raise TooLarge(f"log_every: the run's files need about {human(disk)} on disk ({logs_text(spec, sz)}); "
+                           f"{human(free)} is free where {out!r} is; log less often (a larger log_every) or free "
+                           "space")
     return Plan(grid, seeds, blocks, budget, device_bytes, host, disk, lazy, N, L)
 
 
@@ -476,11 +489,11 @@ def _check_address_space(spec, sz: Sizes, device, device_bytes: int, host: int, 
     need = device_bytes + host + mapped + ADDRESS_MARGIN
     if used + need <= limit:
         return
-    L, G = sz.log_points, spec.num_points
+    G = spec.num_points
     logs = mapped + (host - per_seed_bytes(spec, sz) if not mapped else 0)
     parts = {"log_every": logs, "memory_budget": device_bytes, "seeds": per_seed_bytes(spec, sz)}
     field = max(parts, key=parts.get)
-    what = {"log_every": f"for the logs of {L} log points x {G} grid points",
+    what = {"log_every": f"for the logs of {logs_text(spec, sz)}",
             "memory_budget": "for one compiled call's buffers",
             "seeds": f"for the per-seed results of {spec.seeds} seeds x {G} grid points"}[field]
     todo = {"log_every": "log less often (a larger --log-every)",

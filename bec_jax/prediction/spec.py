@@ -348,10 +348,8 @@ class SweepSpec:
             raise ValueError(f"dtype: unknown dtype {self.dtype!r}; known: {', '.join(DTYPES)}")
         for name in ("seeds", "steps", "log_every"):
             v = getattr(self, name)
-            if not is_int(v) or v <= 0:
-                raise ValueError(f"{name}: must be a positive integer, got {v!r}")
-            if v > MAX_INT32:
-                raise ValueError(f"{name}: must be at most 2**31 - 1 = {MAX_INT32}, got {v!r}")
+            if not is_int(v) or not 1 <= v <= MAX_INT32:
+                raise ValueError(f"{name}: must be an integer in [1, 2**31 - 1], got {v!r}")
             object.__setattr__(self, name, int(v))
         if self.log_every > self.steps:
             raise ValueError(f"log_every: must be at most steps = {self.steps}, got {self.log_every}")

@@ -127,7 +127,7 @@ class ContinuingSpec(GridColumns):
         for name, lo in (("seeds", 1), ("steps", 1), ("seed_offset", 0)):
             v = getattr(self, name)
             if not is_int(v) or not lo <= v <= MAX_INT32:
-                raise ValueError(f"{name}: must be an integer >= {lo}, got {v!r}")
+                raise ValueError(f"{name}: must be an integer in [{lo}, 2**31 - 1], got {v!r}")
         if not is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
             raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
         if self.seed_offset + self.seeds > MAX_INT32:

@@ -60,7 +60,7 @@ def deep_sizes(spec: ContinuingSpec) -> memory.Sizes:
     state = replay.nbytes(st.buffer, st.layers[0], item) + NET_COPIES * params
     return memory.Sizes(item=item, metrics=0, state=state, per_run=state + work + LOOP_BYTES + 2 * logs,
                         per_seed=32, report_stats=0, report_seed=0, finals=logs, carry=0, log_points=1,
-                        block_steps=spec.block_steps)
+                        block_steps=spec.block_steps, run_logs=spec.num_blocks)
 
 
 def sizes(spec: ContinuingSpec) -> memory.Sizes:
@@ -80,7 +80,7 @@ def sizes(spec: ContinuingSpec) -> memory.Sizes:
     finals = task.num_states * task.num_actions * item
     return memory.Sizes(item=item, metrics=0, state=state, per_run=STATE_COPIES * state + LOOP_BYTES + 2 * logs,
                         per_seed=32, report_stats=0, report_seed=0, finals=logs + finals, carry=0, log_points=1,
-                        block_steps=spec.block_steps)
+                        block_steps=spec.block_steps, run_logs=spec.num_blocks)
 
 
 def plan_memory(spec: ContinuingSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
