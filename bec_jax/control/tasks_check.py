@@ -63,7 +63,8 @@ def features_problem(out, num_actions: int, num_active: int, num_features: int) 
     want = (num_actions, num_active if sparse else num_features)
     if (sparse or dense) and tuple(shape) == want:
         return None
-    return (f"features gives {dtype}{list(shape or ())}; expected ({num_actions}, {num_active}) integer indices "
+    got = f"{dtype}{list(shape)}" if shape is not None and dtype is not None else f"a {type(out).__name__}"
+    return (f"features gives {got}; expected ({num_actions}, {num_active}) integer indices "
             f"(num_actions, num_active) or ({num_actions}, {num_features}) float vectors (num_actions, "
             "num_features)")
 
