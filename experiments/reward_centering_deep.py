@@ -50,7 +50,6 @@ from __future__ import annotations
 import math
 import os
 
-from bec_jax import networks
 from bec_jax.control.continuing import deep, sweep
 from bec_jax.control.continuing.csuite import NAIK_PENDULUM
 from bec_jax.control.continuing.spec import ContinuingSpec
@@ -136,12 +135,8 @@ def run_all(quick: bool, log=print, pool=None, tasks=None, sizes: dict | None = 
 # ------------------------------------------------------------------ cost and projections
 
 def grid_flops(spec: ContinuingSpec) -> float:
-    """The floating-point operations of a sweep's products: every run's
-    updates (`deep.update_flops`) and its acting (one forward pass a step)."""
-    st = spec.settings
-    runs = spec.num_points * spec.seeds
-    acting = networks.flops(st.layers, 1) * spec.steps
-    return float(runs) * (spec.steps // st.update_period * deep.update_flops(st) + acting)
+    """The floating-point operations of a sweep's products (`deep.sweep_flops`)."""
+    return deep.sweep_flops(spec)
 
 
 def measured_rate(results: list) -> float:

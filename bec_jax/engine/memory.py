@@ -239,6 +239,8 @@ class Sizes(NamedTuple):
     carry: int         # host bytes of a run's carried state between calls
     log_points: int    # L + 1
     block_steps: int = 1  # steps per log block (K)
+    per_call: int = 0  # device bytes a call holds whatever its size: the working set of the runs a
+                       # front runs in turn, a batch at a time (continuing control's network learners on a CPU)
     # Log points each run keeps among its per-seed results (`finals`), for
     # messages only: a front that logs per run rather than statistics over
     # seeds (continuing control's blocks, control's episodes) says how many
@@ -257,7 +259,7 @@ def logs_text(spec, sz: Sizes) -> str:
 def call_bytes(sz: Sizes, grid: int, seeds: int, blocks: int, per_seed: bool) -> int:
     """Device bytes of one call of `grid` points x `seeds` seeds x `blocks` log blocks."""
     report = grid * seeds * sz.report_seed if per_seed else grid * sz.report_stats
-    return (grid * seeds * sz.per_run + seeds * sz.per_seed + (blocks + 1) * report
+    return (sz.per_call + grid * seeds * sz.per_run + seeds * sz.per_seed + (blocks + 1) * report
             + grid * seeds * sz.finals)
 
 
@@ -436,9 +438,10 @@ def plan(spec, n_devices: int = 1, *, memory_budget: int | None = None, chunk_si
     elif per_seed:
         grid = 1
     else:
-        per_point = call_bytes(sz, 1, N, 1, False) - N * sz.per_seed
+        fixed = N * sz.per_seed + sz.per_call
+        per_point = call_bytes(sz, 1, N, 1, False) - fixed
         # Up to the grid's bucket size: a smaller grid's chunk is padded to it (`engine.plan.split`).
-        grid = max(1, min(bucket(G_all), (budget - N * sz.per_seed) // max(per_point, 1)))
+        grid = max(1, min(bucket(G_all), (budget - fixed) // max(per_point, 1)))
         cache = _cache_bytes(device, n_devices, memory_budget)
         if cache is not None and sz.carry:  # (a front that carries nothing between blocks: no such limit)
             fit = max(1, cache // (N * sz.carry))  # equal chunks share one compiled program

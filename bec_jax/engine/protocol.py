@@ -36,7 +36,8 @@ class Engine(Protocol):
       SEGMENTS: whether a chunk may run in time segments and seed chunks
         (`memory.Plan.segmented`); a front without them runs each chunk in one
         call and its memory plan refuses what does not fit.
-      SERIAL_FUSIONS: whether its programs are many small dependent steps,
+      SERIAL_FUSIONS: whether its programs are many small dependent steps
+        (optional `serial_fusions(spec)`: the same, per spec),
         compiled on a CPU with `tuning.CPU_SERIAL_OPTIONS`.
 
     Segmented runs (only a front with SEGMENTS): `make_segment_programs(spec,

@@ -145,7 +145,7 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
     what the spec's `front` (an `engine.protocol.Engine`) says,
     `front.updates(spec)` (None there, or no front, takes the light compile);
     a program shared by several sweeps (`joint.run_many`) gives theirs
-    together. A front with `SERIAL_FUSIONS` gets `CPU_SERIAL_OPTIONS` too. Then
+    together. A front with `SERIAL_FUSIONS` (`serial_fusions`) gets `CPU_SERIAL_OPTIONS` too. Then
     `share` follows from the emitters and the platform, and `paired` and
     `branches` from what was measured to pay (`PAIRING_PAYS`,
     `branches_for`; see `KernelForm`)."""
@@ -160,7 +160,7 @@ def choose_form(spec, devices=None, group=None, compiler_options: dict | None = 
             updates = front.updates(spec)
         emitters = _cpu_emitters(group, updates)
         options = _EMITTER_OPTIONS[emitters]
-        if getattr(front, "SERIAL_FUSIONS", False):
+        if serial_fusions(front, spec):
             options = {**options, **CPU_SERIAL_OPTIONS}
     paired = (platform, emitters) in PAIRING_PAYS
     return KernelForm(platform=platform, emitters=emitters, paired=paired,
@@ -173,6 +173,15 @@ def branches_for(platform: str) -> str:
     """`KernelForm.branches` on `platform`: "cond" where conditionals were
     measured to pay (`CONDITIONALS_PAY`), else "select"."""
     return "cond" if platform in CONDITIONALS_PAY else "select"
+
+
+def serial_fusions(front, spec) -> bool:
+    """Whether `front`'s program of `spec` is many small dependent steps
+    (`CPU_SERIAL_OPTIONS`): the front's `serial_fusions(spec)` where it has one
+    (a front whose programs differ: continuing control's network learners are
+    large products, its linear ones small steps), else its `SERIAL_FUSIONS`."""
+    per_spec = getattr(front, "serial_fusions", None)
+    return bool(per_spec(spec)) if callable(per_spec) else bool(getattr(front, "SERIAL_FUSIONS", False))
 
 
 def _cpu_emitters(group, updates: int | None) -> str:

@@ -271,12 +271,24 @@ def update(learner: DeepLearner, settings: Settings, state: DeepState, key: jax.
 
 
 def update_flops(settings: Settings) -> int:
-    """Floating-point operations of one update's products: the target's
-    forward pass over its rows, the network's forward pass and its backward
-    pass (two products a layer, about twice the forward), as
-    `networks.flops` counts them (what the roofline measures)."""
-    rows = settings.rows
-    return networks.flops(settings.layers, rows) * 4
+    """Floating-point operations of one update's products over its rows, two a
+    multiply-add: the target's forward pass and the network's, and its
+    backward pass: every layer's weight gradient and every layer's input
+    gradient but the first's (the observations need none). What the roofline
+    measures; the biases and activations are left out."""
+    sizes = settings.layers
+    products = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))  # multiply-adds of one forward pass a row
+    return 2 * settings.rows * (4 * products - sizes[0] * sizes[1])
+
+
+def sweep_flops(spec) -> float:
+    """A network learner's sweep's products: every run's updates
+    (`update_flops`) and its acting (one forward pass of one observation a
+    step), over the grid's points and seeds."""
+    st = spec.settings
+    acting = networks.flops(st.layers, 1) * spec.steps
+    per_run = spec.steps // st.update_period * update_flops(st) + acting
+    return float(spec.num_points) * spec.seeds * per_run
 
 
 # ------------------------------------------------------------------ descriptors
@@ -362,4 +374,4 @@ def is_deep(alg) -> bool:
 
 __all__ = ["CDQN", "CDQN_SIMPLE", "CDQN_SIMPLE_UNBIASED", "CDQN_UNBIASED", "DEFAULT_HIDDEN", "DIFF_DQN", "DQN",
            "DeepLearner", "DeepState", "FULL", "LEARNERS", "OPTIMIZERS", "SETTINGS", "Settings", "init", "is_deep",
-           "make_optimizer", "q_values", "resolve_settings", "update", "update_flops"]
+           "make_optimizer", "q_values", "resolve_settings", "sweep_flops", "update", "update_flops"]

@@ -50,7 +50,15 @@ OUTPUTS = ("reward_sum", "rate_estimate", "max_abs_w")  # (G, N, L) each; tabula
 # 80 ns of CPU in one batch of all, 49 ns in batches of 1,600, 56 ns of 800
 # (benchmarks/README.md, "Continuing control").
 BATCH_RUNS = 1600
-# Network learners' runs a step vectorises over at once (`deep_batch`).
+# Network learners' runs a step vectorises over at once on a CPU (`deep_batch`):
+# XLA:CPU runs a product batched over runs (each run its own weights) as a loop
+# of single-threaded products, while one run's product uses every core. A run
+# whose update passes at least CPU_SOLO_ROWS rows runs alone (its products
+# unbatched, in turn with the others: measured in benchmarks/README.md); smaller
+# updates are batched CPU_LANE_ROWS / rows runs at a time. Elsewhere (a GPU,
+# whose batched products are one kernel) every run of a call at once.
+CPU_SOLO_ROWS = 1024
+CPU_LANE_ROWS = 4096
 DEEP_BATCH_RUNS = 1_000_000
 
 
@@ -224,13 +232,20 @@ def batch_runs(total: int, target: int | None = None) -> int:
     return target
 
 
-def deep_batch(spec: ContinuingSpec) -> int | None:
-    """Runs of a network learner a step vectorises over at once (None: the
-    linear learners' `BATCH_RUNS`): `DEEP_BATCH_RUNS`."""
-    return DEEP_BATCH_RUNS if deep.is_deep(spec.algorithm_def) else None
+def deep_batch(spec: ContinuingSpec, platform: str = "cpu") -> int | None:
+    """Runs of a network learner a step vectorises over at once on `platform`
+    (None: a linear learner, `BATCH_RUNS`): on a CPU 1 for an update of
+    `CPU_SOLO_ROWS` rows or more, else `CPU_LANE_ROWS` // rows; elsewhere
+    `DEEP_BATCH_RUNS` (all)."""
+    if not deep.is_deep(spec.algorithm_def):
+        return None
+    if platform != "cpu":
+        return DEEP_BATCH_RUNS
+    rows = spec.settings.rows
+    return 1 if rows >= CPU_SOLO_ROWS else max(1, CPU_LANE_ROWS // rows)
 
 
-def runs(spec: ContinuingSpec, seed, grid: dict, task=None) -> dict:
+def runs(spec: ContinuingSpec, seed, grid: dict, task=None, platform: str = "cpu") -> dict:
     """Every run of the grid points in `grid` (a dict of (G,) columns) for the
     spec's seeds: {output: (G, N, ...)}. The runs are one flat batch, grid
     point-major (gathers and scatters with one batch axis compile to simpler
@@ -243,7 +258,7 @@ def runs(spec: ContinuingSpec, seed, grid: dict, task=None) -> dict:
     cols = {n: jnp.repeat(v, N) for n, v in grid.items()}
     run = (make_deep_run if deep.is_deep(spec.algorithm_def) else make_run)(spec, task)
     xs = (init_keys[seed_index], stream_keys[seed_index], cols)
-    batch = batch_runs(G * N, deep_batch(spec))
+    batch = batch_runs(G * N, deep_batch(spec, platform))
     if batch >= G * N:
         out = jax.vmap(run)(*xs)
     else:  # the runs in turn, `batch` at a time (a scan over vmapped batches; each run's bits are the same)
@@ -257,13 +272,14 @@ def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None)
     {output: (chunk, N, ...)} (`runs`); on several devices the chunk's points
     are split among them (`engine.programs.jit_over_grid`)."""
     task = spec.make_task()
+    mesh = grid_mesh(devices, chunk)
+    platform = (list(devices) if devices is not None else jax.devices())[0].platform
 
     def program(seed, grid):  # the name XLA's module gets
-        return runs(spec, seed, grid, task)
+        return runs(spec, seed, grid, task, platform)
 
-    mesh = grid_mesh(devices, chunk)
     return Program(spec=spec, group=group, fn=jit_over_grid(program, mesh), chunk=chunk, mesh=mesh)
 
 
-__all__ = ["BATCH_RUNS", "DEEP_BATCH_RUNS", "OUTPUTS", "RATE_FIELDS", "batch_runs", "deep_batch", "epsilon_greedy",
+__all__ = ["BATCH_RUNS", "CPU_LANE_ROWS", "CPU_SOLO_ROWS", "DEEP_BATCH_RUNS", "OUTPUTS", "RATE_FIELDS", "batch_runs", "deep_batch", "epsilon_greedy",
            "grid_inputs", "initial_weights", "make_deep_run", "make_program", "make_run", "rate_field", "runs"]

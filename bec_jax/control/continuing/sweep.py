@@ -36,41 +36,48 @@ SERIAL_FUSIONS = True   # its programs are many small dependent steps (`tuning.C
 SEGMENTS = False        # a chunk runs every seed of its points in one call
 STATE_COPIES = 4        # live copies of the learner state in a step (the scans' carries, the update's)
 LOOP_BYTES = 256        # a run's loop state (task state, features, keys, the block's sums)
+DEEP_FLOPS_PER_UPDATE = 10  # a prediction update's order of arithmetic, to weigh a network's work (`updates`)
 NET_COPIES = 6          # a network learner's parameter copies: network, target, Adam's m and v, gradient, step
 UPDATE_ROW_UNITS = 4    # an update's live floats per row and unit: activations, their gradients, the target's pass
 _FRONT = sys.modules[__name__]  # this module: the front the engine is handed
 
-__all__ = ["KIND", "SEGMENTS", "SERIAL_FUSIONS", "assemble", "chunk_grid", "fingerprints",
+__all__ = ["KIND", "SEGMENTS", "SERIAL_FUSIONS", "serial_fusions", "assemble", "chunk_grid", "fingerprints",
            "make_program", "num_chunks", "plan", "plan_chunk", "plan_memory", "program_sources", "run",
            "run_chunks", "run_many", "shared_programs", "sizes", "updates"]
 
 
-def deep_sizes(spec: ContinuingSpec) -> memory.Sizes:
-    """The memory plan's terms of a network learner's sweep: per run, the
+def deep_sizes(spec: ContinuingSpec, platform: str = "cpu", n_devices: int = 1) -> memory.Sizes:
+    """The memory plan's terms of a network learner's sweep. A run holds its
     replay ring (`replay.nbytes`), `NET_COPIES` copies of the network's
     parameters (the network, its target, Adam's two moments, the gradient and
-    the step), an update's working arrays (`UPDATE_ROWS_BYTES` per row and
-    unit of its rows: the full ring's C + 1, or the batch), the loop state and
-    the logs; every run of a call is live at once (`program.DEEP_BATCH_RUNS`)."""
+    the step), an update's working arrays (`UPDATE_ROW_UNITS` floats per row
+    and unit: the full ring's C + 1 rows, or the batch), its loop state and
+    its logs. Where a call runs its runs a batch at a time
+    (`program.deep_batch`: on a CPU), only a batch per device is live
+    (`Sizes.per_call`) beside every run's logs; elsewhere every run at once."""
     item = np.dtype(spec.dtype).itemsize
     st = spec.settings
     params = networks.num_params(st.layers) * item
     work = st.rows * (UPDATE_ROW_UNITS * sum(st.layers[1:]) + 2 * st.layers[0]) * item
     logs = spec.num_blocks * 3 * item
     state = replay.nbytes(st.buffer, st.layers[0], item) + NET_COPIES * params
-    return memory.Sizes(item=item, metrics=0, state=state, per_run=state + work + LOOP_BYTES + 2 * logs,
+    lane = state + work + LOOP_BYTES
+    batch = program.deep_batch(spec, platform)
+    in_turn = batch < program.DEEP_BATCH_RUNS
+    return memory.Sizes(item=item, metrics=0, state=state, per_run=2 * logs + (0 if in_turn else lane),
                         per_seed=32, report_stats=0, report_seed=0, finals=logs, carry=0, log_points=1,
-                        block_steps=spec.block_steps, run_logs=spec.num_blocks)
+                        block_steps=spec.block_steps, per_call=n_devices * batch * lane if in_turn else 0,
+                        run_logs=spec.num_blocks)
 
 
-def sizes(spec: ContinuingSpec) -> memory.Sizes:
+def sizes(spec: ContinuingSpec, platform: str = "cpu", n_devices: int = 1) -> memory.Sizes:
     """This front's terms of the memory plan (`memory.Sizes`): per run, the
     learner state (a few live copies), the loop state and the logs (L blocks
     of three numbers, the scan's and the output's copies); as finals the Q
     table of a tabular task. No reports over seeds, nothing carried between
-    calls. A network learner's: `deep_sizes`."""
+    calls. A network learner's: `deep_sizes` (on `platform`, with `n_devices`)."""
     if deep.is_deep(spec.algorithm_def):
-        return deep_sizes(spec)
+        return deep_sizes(spec, platform, n_devices)
     item = np.dtype(spec.dtype).itemsize
     task = max((spec.make_task(c) for c in spec.task_combinations()),  # the largest of the task axes' tasks
                key=lambda t: (t.num_features, t.num_states * t.num_actions))
@@ -84,22 +91,34 @@ def sizes(spec: ContinuingSpec) -> memory.Sizes:
 
 
 def plan_memory(spec: ContinuingSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
-    """`memory.plan` with this front's `sizes` (kwargs as its); refuses a plan
-    in seed chunks, which this front does not run."""
-    sz = sizes(spec)
-    one_point = memory.call_bytes(sz, 1, spec.seeds, 1, False)
-    budget = kwargs.get("memory_budget")
-    budget = memory.default_budget(kwargs.get("device") or jax.devices()[0]) if budget is None else int(budget)
-    if deep.is_deep(spec.algorithm_def) and one_point > budget:  # say what a network learner's run holds
-        st = spec.settings
-        ring = replay.nbytes(st.buffer, st.layers[0], sz.item)
-        raise memory.TooLarge(
-            f"memory_budget: one grid point's {spec.seeds} runs of {spec.algorithm} need about "
-            f"{memory.human(one_point)} of device memory (a run: a replay buffer of {st.buffer:,} transitions, "
-            f"{memory.human(ring)}; the update's working arrays over {st.rows:,} rows, "
-            f"{memory.human(sz.per_run - sz.state)}); the budget is {memory.human(budget)}; raise --memory-budget, "
-            "or lower learner_params.buffer or batch, or use fewer seeds")
+    """`memory.plan` with this front's `sizes` (kwargs as its; `device` sets
+    the platform a network learner's sizes are for); refuses a plan in seed
+    chunks, which this front does not run, and a network learner's run that
+    cannot fit, with its sizes."""
+    device = kwargs.get("device") or jax.devices()[0]
+    sz = sizes(spec, device.platform, n_devices)
+    if deep.is_deep(spec.algorithm_def):
+        check_deep_fits(spec, sz, kwargs.get("memory_budget"), device)
     return whole_points(memory.plan(spec, n_devices, sz=sz, **kwargs), spec, sz, "a continuing sweep")
+
+
+def check_deep_fits(spec: ContinuingSpec, sz: memory.Sizes, memory_budget, device) -> None:
+    """A one-line `memory.TooLarge` where one grid point's runs of a network
+    learner do not fit the budget, naming the replay buffer's and the update's
+    sizes and what to lower."""
+    one_point = memory.call_bytes(sz, 1, spec.seeds, 1, False)
+    budget = memory.default_budget(device) if memory_budget is None else int(memory_budget)
+    if one_point <= budget:
+        return
+    st = spec.settings
+    ring = replay.nbytes(st.buffer, st.layers[0], sz.item)
+    work = st.rows * (UPDATE_ROW_UNITS * sum(st.layers[1:]) + 2 * st.layers[0]) * sz.item
+    raise memory.TooLarge(
+        f"memory_budget: one grid point's {spec.seeds} runs of {spec.algorithm} need about "
+        f"{memory.human(one_point)} of device memory (a run: a replay buffer of {st.buffer:,} transitions, "
+        f"{memory.human(ring)}; the update's working arrays over {st.rows:,} rows, {memory.human(work)}); the "
+        f"budget is {memory.human(budget)}; raise --memory-budget, or lower learner_params.buffer or batch, or use "
+        "fewer seeds")
 
 
 def plan_chunk(spec: ContinuingSpec, chunk_size: int | None = None, n_devices: int = 1,
@@ -127,9 +146,19 @@ def fingerprints(spec: ContinuingSpec) -> list[str]:
     return []
 
 
+def serial_fusions(spec: ContinuingSpec) -> bool:
+    """`SERIAL_FUSIONS` for a linear learner's program; False for a network
+    learner's, whose update is large products and elementwise passes over its
+    rows that XLA:CPU's parallel task assigner splits over the cores."""
+    return SERIAL_FUSIONS and not deep.is_deep(spec.algorithm_def)
+
+
 def updates(spec: ContinuingSpec) -> int:
     """The sweep's work in prediction updates, which `tuning.choose_form`
-    weighs: every run's steps, a step counted as `STEP_COST` updates."""
+    weighs: every run's steps, a step counted as `STEP_COST` updates; a
+    network learner's, its products' FLOPs over `DEEP_FLOPS_PER_UPDATE`."""
+    if deep.is_deep(spec.algorithm_def):
+        return int(deep.sweep_flops(spec) // DEEP_FLOPS_PER_UPDATE)
     return spec.num_points * spec.seeds * spec.steps * STEP_COST
 
 
