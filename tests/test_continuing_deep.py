@@ -317,3 +317,30 @@ def test_command_line_refuses_bad_settings_writing_nothing(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert code == 2 and err.count("\n") == 0 and field in err, (extra, err)
         assert not out.exists() or not any(out.iterdir())
+
+
+def test_parts_and_resume_assemble_the_same_bits_and_the_readers_read_them(ran, tmp_path, capsys):
+    """A network learner's sweep as `--chunks` parts, assembled by `--resume`,
+    is the one-process run bit for bit (chunks of 2 points: the program of
+    `ran`); `compare --stat` and `export` read it as any continuing run."""
+    pytest.importorskip("rliable")
+    from bec_jax.cli.commands import main
+    from bec_jax.control.continuing.results import ContinuingResult
+
+    args = ["continuing", "--task", "catch", "--task-param", "features=board", "--task-param", "rows=5",
+            "--task-param", "columns=3", "--algorithm", "cdqn_unbiased", "--alpha", "0.05,0.01,1e37,0.003",
+            "--eta", "1", "--epsilon", "1", "--seeds", "2", "--steps", "160", "--log-every", "16",
+            "--chunk-size", "2"] + [f"--learner-param={k}={','.join(map(str, v)) if isinstance(v, list) else v}"
+                                    for k, v in SETTINGS.items()]
+    whole, parts = str(tmp_path / "whole"), str(tmp_path / "parts")
+    assert main(args + ["--out", whole]) == 0
+    for k in ("1/2", "2/2"):
+        assert main(args + ["--out", parts, "--chunks", k]) == 0
+    assert main(args + ["--out", parts, "--resume"]) == 0
+    a, b = ContinuingResult.load(whole), ContinuingResult.load(parts)
+    for name in ("reward", "rate_estimate", "max_abs_w"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+    np.testing.assert_array_equal(a.reward[1:3], ran.reward)  # and the runs of `ran`, in another grid
+    capsys.readouterr()
+    assert main(["compare", whole, "--stat", "iqm", "--out", str(tmp_path / "cmp.png")]) == 0
+    assert "IQM" in capsys.readouterr().out
