@@ -11,7 +11,9 @@ epsilon-greedy with epsilon 0.1, every run a continuing run
 buffer of 10,000, an update every 32 steps, the target synced every 128, and
 every update one full-batch step over the whole buffer (`batch = full`: their
 `_sample_from_buffer` draws min(buffer_size, len(buffer)) transitions; the
-configs' batch_size 64 is never read). On three tasks:
+configs' batch_size 64 is never read), and the loss's target with rbar from
+before the update (`target_rbar = old`: the correction their code means adds 0,
+`continuing.deep`). On three tasks:
 
   Catch      csuite's, observed as its 50-cell board; layers [50, 128, 3];
              offsets -4 .. 4; 15 runs x 80,000 steps.
@@ -60,7 +62,9 @@ from bec_jax.files import csv_text
 KIND = "bec-jax reproduce --paper reward-centering --deep"
 EPSILON = 0.1
 LEARNERS = ("dqn", "cdqn_unbiased")  # the baseline first (`rc.roles`)
-NAIK = {"batch": "full"}  # their runs: one full-batch step over the whole buffer an update
+# What their runs computed: one full-batch step over the whole buffer an update, and the
+# target with rbar from before the update (their correction adds 0; `continuing.deep`).
+NAIK = {"batch": "full", "target_rbar": "old"}
 GAMMAS = (0.0, 0.5, 0.8, 0.9, 0.99, 0.999, 1.0)
 ALPHAS = tuple(2.0 ** -k for k in range(9, 2, -1))
 ETAS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
@@ -172,7 +176,8 @@ def command(task: str, alg: str) -> str:
     if alg != "dqn":
         opts.append("--eta " + ",".join(f"{e:g}" for e in s["eta"]))
     opts += ["--gamma " + ",".join(f"{g:g}" for g in s["gamma"]), "--offset " + ",".join(f"{o:g}" for o in s["offset"]),
-             "--learner-param batch=full", f"--seeds {s['seeds']}", f"--steps {s['steps']}",
+             "--learner-param batch=full", "--learner-param target_rbar=old", f"--seeds {s['seeds']}",
+             f"--steps {s['steps']}",
              f"--out runs/deep_{task}_{alg}"]
     return "bec-jax continuing " + " ".join(opts)
 
@@ -187,8 +192,9 @@ def _setup(grids: dict, quick: bool) -> list[str]:
     s.append("DQN (`dqn`) and DQN with value-based reward centering and Naik et al.'s unbiased step size for rbar "
              "(`cdqn_unbiased`, their CDQN), epsilon 0.1, continuing runs of the network learners "
              "(`bec_jax.control.continuing.deep`): a tanh network, Adam at lr = alpha, the target synced every 128 "
-             "steps, an update every 32, each one full-batch step over the whole buffer as their code runs "
-             "(`--learner-param batch=full`). The learner sees r + c for the reward offset c; every reward rate "
+             "steps, an update every 32, each one full-batch step over the whole buffer, and the target with rbar "
+             "from before the update, as their code runs (`--learner-param batch=full --learner-param "
+             "target_rbar=old`). The learner sees r + c for the reward offset c; every reward rate "
              "below is the task's own. Best settings: per learner, gamma and offset, by the mean reward rate over "
              "the last 50% of the runs that report it. Intervals: 95% Student-t over runs (differences: Welch).\n")
     s.append("| task | layers | buffer | alpha | eta (CDQN) | gamma | offsets | runs x steps |\n"

@@ -136,7 +136,7 @@ def _np_update(learner, st, state, slots, alpha, eta, gamma):
             new_o = o + beta0 * (1 - o)
             beta = beta0 / new_o if new_o > 0 else 0.0
         new_rbar = rbar + beta * signal[mask].mean()
-    used = 0.0 if learner.centering is None else new_rbar if learner.unbiased else rbar
+    used = 0.0 if learner.centering is None else new_rbar if st.target_rbar == "new" else rbar
     tgt = r - used + g * v_next
     dq = np.zeros_like(q)
     dq[np.arange(len(idx)), a] = 2 * (q_sa - tgt) * mask / mask.sum()
@@ -161,13 +161,19 @@ def _np_update(learner, st, state, slots, alpha, eta, gamma):
     return dict(state, params=new_params, target=target, m=new_m, v=new_v, rbar=new_rbar, o=new_o, count=count)
 
 
-@pytest.mark.parametrize("name,batch", [("cdqn_unbiased", "full"), ("cdqn", 6), ("cdqn_simple", "full"),
-                                        ("dqn", 6), ("diff_dqn", "full")])
-def test_an_update_equals_a_numpy_implementation(name, batch):
+@pytest.mark.parametrize("name,batch,target", [("cdqn_unbiased", "full", None), ("cdqn_unbiased", 6, "old"),
+                                               ("cdqn", 6, None), ("cdqn_simple", "full", None), ("dqn", 6, None),
+                                               ("diff_dqn", "full", None)])
+def test_an_update_equals_a_numpy_implementation(name, batch, target):
+    """Five updates (a target sync among them) against `_np_update`; the
+    unbiased learner with the target of the updated rbar (its default) and of
+    rbar before the update (`target_rbar = old`, what Naik et al.'s code
+    computes)."""
     learner = deep.LEARNERS[[d.name for d in deep.LEARNERS].index(name)]
     task = tasks.make("catch", features="board", rows=3, columns=2)  # 6 observation entries, 3 actions
     st = deep.resolve_settings(task, {"hidden": [5], "buffer": 16, "batch": batch, "update_period": 4,
-                                      "sync_period": 8}, 6)
+                                      "sync_period": 8, "target_rbar": target}, 6, learner.unbiased)
+    assert st.target_rbar == target or (target is None and st.target_rbar == ("new" if learner.unbiased else "old"))
     rng = np.random.default_rng(4)
     alpha, eta, gamma = 0.01, 2.0, 0.9
     s = deep.init(jax.random.key(5), st, jnp.zeros(6), alpha)
@@ -280,6 +286,7 @@ def test_memory_estimate_bounds_xla_buffer_assignment():
     ({"sync_period": 100}, "learner_params.sync_period"),
     ({"buffer": 0}, "learner_params.buffer"),
     ({"learning_rate": 0.1}, "learner_params.learning_rate"),
+    ({"target_rbar": "newest"}, "learner_params.target_rbar"),
 ])
 def test_bad_settings_one_line_naming_the_field(params, field):
     with pytest.raises(ValueError, match=rf"^{field}: ") as e:

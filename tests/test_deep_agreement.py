@@ -10,14 +10,17 @@ development venv with PyTorch 2.13.0 (CPU, one thread), never a dependency of
 bec_jax; `gym`, which their module imports for rendering only, stubbed.
 Their config catch_nonlinear/CDQN.json (layers [50, 128, 3], Adam, a buffer of
 10,000 and every update a full-batch step over it, an update every 32 steps,
-the target synced every 128, epsilon 0.1, robust_to_initialization) at step
+the target synced every 128, epsilon 0.1, robust_to_initialization: rbar's
+unbiased step size, the target with rbar before the update, since the
+correction their code means adds 0, `continuing.deep`) at step
 size 2^-7, gamma 0.99, eta in {0, 1} and reward offset in {0, 4}: 5 runs
 (their run i seeds torch, `random` and the task with i) of 40,000 steps. Per
 run: the reward rate over all logged steps, the last 50% (`r[n//2:]`) and the
 last 10% (`r[n//10*9:]`), the offset removed (their loop logs r + offset).
 
 bec_jax's side is 5 runs of 40,000 steps at those settings (`--learner-param
-batch=full`): about 10 minutes on 2 CPU cores, so opt-in:
+batch=full --learner-param target_rbar=old`): about 10 minutes on 2 CPU
+cores, so opt-in:
 
     BEC_JAX_SLOW=1 python -m pytest -m slow tests/test_deep_agreement.py
 """
@@ -70,7 +73,8 @@ def test_cdqn_agrees_with_their_code():
 
     spec = ContinuingSpec(task="catch", task_params={"features": "board"}, algorithm="cdqn_unbiased",
                           hyperparameters={"alpha": [ALPHA], "eta": [0.0, 1.0]}, gamma=GAMMA,
-                          reward_offset=[0.0, 4.0], seeds=SEEDS, steps=STEPS, learner_params={"batch": "full"})
+                          reward_offset=[0.0, 4.0], seeds=SEEDS, steps=STEPS,
+                          learner_params={"batch": "full", "target_rbar": "old"})
     r = sweep.run(spec, progress=False)
     rates = {w: r.reward_rate(w) for w in WINDOWS}
     lines, ok = [], True

@@ -38,6 +38,7 @@ def test_writes_its_files(quick):
     assert saved["timing"]["run_steps"] == sum(s["run_steps"] for s in saved["sweeps"]) == 6 * 12 * 2 * 320
     spec = saved["specs"]["catch"]["cdqn_unbiased"]
     assert spec["learner_params"]["batch"] == "full" and spec["learner_params"]["buffer"] == 64
+    assert spec["learner_params"]["target_rbar"] == "old"
     assert spec["task_params"] == {"features": "board"} and spec["epsilon"] == 0.1
 
 
@@ -78,8 +79,9 @@ def test_full_grids_are_their_configs():
     catch = rcd.grid_spec("catch", "cdqn_unbiased")
     assert catch.num_points == 7 * 7 * 7 * 5 and catch.seeds == 15 and catch.steps == 80_000
     assert catch.hyperparameters["alpha"] == tuple(2.0 ** -k for k in range(9, 2, -1))
+    # What their runs computed: full-batch updates, the target with rbar before the update.
     assert catch.settings == deep.Settings(layers=(50, 128, 3), activation="tanh", buffer=10_000, batch=0,
-                                           update_period=32, sync_period=128, optimizer="adam")
+                                           update_period=32, sync_period=128, optimizer="adam", target_rbar="old")
     assert rcd.grid_spec("catch", "dqn").num_points == 7 * 7 * 5
     pend = rcd.grid_spec("pendulum", "cdqn_unbiased")
     assert pend.settings.layers == (3, 64, 64, 3) and pend.steps == 100_000

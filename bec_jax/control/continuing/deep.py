@@ -34,6 +34,15 @@ over the whole buffer, and `batch_size` (64 in their configs) is never read.
 `batch = N` draws N transitions uniformly with replacement, as DQN usually
 does; the default is N = 64, their configs' number, at a fraction of the cost.
 
+The same holds for the unbiased step size's target. Their update means the
+target to use the updated rbar (`target_return += old_avg_reward -
+self.avg_reward`), but `old_avg_reward` names the very tensor that `+=` then
+updates in place, so the correction adds 0: their runs' targets use rbar from
+before the update, and `robust_to_initialization` changes only rbar's step
+size. `target_rbar = new` is the update as written (the default of the
+`_unbiased` learners, as the linear `q_vrc_unbiased` does it); `target_rbar =
+old` is what ran (the default of the others, which have no correction).
+
 Grid hyperparameters (traced, one program for the grid): alpha (the
 optimizer's learning rate, their `step_size`), eta (beta0 = eta alpha), and
 the front's loop axes epsilon, gamma and the reward offset. Static settings
@@ -64,7 +73,8 @@ OTHER_HIDDEN = (64, 64)
 # The static settings and their defaults (their configs: buffer_size, batch_size,
 # param_update_freq, net_sync_freq, optimizer; tanh layers).
 SETTINGS = {"hidden": None, "layers": None, "activation": "tanh", "buffer": 10_000, "batch": 64,
-            "update_period": 32, "sync_period": 128, "optimizer": "adam"}
+            "update_period": 32, "sync_period": 128, "optimizer": "adam", "target_rbar": None}
+TARGET_RBAR = ("new", "old")  # the loss's target with rbar after this update's move, or before it
 MAX_BUFFER = 10_000_000
 
 
@@ -80,6 +90,8 @@ class Settings:
       update_period: environment steps between updates.
       sync_period: steps between target-network syncs (a multiple of update_period).
       optimizer: "adam" (theirs: Adam at lr = alpha), "sgd" or "rmsprop".
+      target_rbar: "new", the loss's target with the rbar this update moved
+        to, or "old", with the rbar before it (module docstring).
     """
 
     layers: tuple
@@ -89,6 +101,7 @@ class Settings:
     update_period: int
     sync_period: int
     optimizer: str
+    target_rbar: str = "old"
 
     @property
     def full(self) -> bool:
@@ -105,7 +118,7 @@ class Settings:
         whole layer list (the task decides its ends), and batch as given."""
         return {"hidden": list(self.layers[1:-1]), "activation": self.activation, "buffer": self.buffer,
                 "batch": FULL if self.full else self.batch, "update_period": self.update_period,
-                "sync_period": self.sync_period, "optimizer": self.optimizer}
+                "sync_period": self.sync_period, "optimizer": self.optimizer, "target_rbar": self.target_rbar}
 
 
 def _int(field: str, v, low: int = 1, high: int | None = None) -> int:
@@ -121,11 +134,13 @@ def _sizes(field: str, v) -> tuple:
     return tuple(_int(field, x, 1, 1 << 16) for x in vals)
 
 
-def resolve_settings(task, params: dict | None, obs_size: int) -> Settings:  # noqa: C901  (one check a field)
+def resolve_settings(task, params: dict | None, obs_size: int,  # noqa: C901  (one check a field)
+                     unbiased: bool = False) -> Settings:
     """The `Settings` of `params` (`learner_params`: {name: value}) on `task`
     (a `ContinuingEnv` whose observations have `obs_size` entries), each
-    unspecified one its default (`SETTINGS`, `DEFAULT_HIDDEN`); a one-line
-    `ValueError` naming `learner_params.NAME` otherwise."""
+    unspecified one its default (`SETTINGS`, `DEFAULT_HIDDEN`; `target_rbar`
+    new for an `unbiased` learner, else old); a one-line `ValueError` naming
+    `learner_params.NAME` otherwise."""
     params = dict(params or {})
     for name in params:
         if name not in SETTINGS:
@@ -166,8 +181,12 @@ def resolve_settings(task, params: dict | None, obs_size: int) -> Settings:  # n
     if sync % period:
         raise ValueError(f"learner_params.sync_period: a multiple of update_period ({period}), since the target "
                          f"is synced at updates; got {sync}")
+    target_rbar = params.get("target_rbar") or ("new" if unbiased else "old")
+    if target_rbar not in TARGET_RBAR:
+        raise ValueError(f"learner_params.target_rbar: new (the target with the updated rbar) or old (with rbar "
+                         f"before the update, what Naik et al.'s code computes), got {target_rbar!r}")
     return Settings(layers=layers, activation=activation, buffer=buffer, batch=batch, update_period=period,
-                    sync_period=sync, optimizer=optimizer)
+                    sync_period=sync, optimizer=optimizer, target_rbar=target_rbar)
 
 
 def make_optimizer(name: str, learning_rate):
@@ -235,8 +254,8 @@ def update(learner: DeepLearner, settings: Settings, state: DeepState, key: jax.
     when the step count reaches a multiple of `sync_period`, one optimizer
     step on the centered MSE loss (`agents.reward_centering.centered_q_loss`)
     over a batch, and rbar's update (value-based: the batch mean of delta;
-    simple: of r - rbar; with the unbiased step size, the loss's target uses
-    the updated rbar). `key` draws the batch; `alpha` is the optimizer's
+    simple: of r - rbar; the loss's target with the updated rbar or the one
+    before it, `Settings.target_rbar`). `key` draws the batch; `alpha` is the optimizer's
     learning rate (as its state was made with), beta0 = eta alpha."""
     updates = state.updates + 1
     # Their agent syncs when timestep % net_sync_freq == 0, checked on update steps, before the update.
@@ -258,7 +277,7 @@ def update(learner: DeepLearner, settings: Settings, state: DeepState, key: jax.
         if learner.centering is None:  # DQN: no rbar in its target
             rbar = jnp.zeros_like(rate.rbar)
         else:
-            rbar = new.rbar if learner.unbiased else rate.rbar
+            rbar = new.rbar if settings.target_rbar == "new" else rate.rbar
         return rc.centered_q_loss(q_sa, rewards, g, v_next, rbar, mask), new
 
     (_, rate), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
@@ -373,5 +392,5 @@ def is_deep(alg) -> bool:
 
 
 __all__ = ["CDQN", "CDQN_SIMPLE", "CDQN_SIMPLE_UNBIASED", "CDQN_UNBIASED", "DEFAULT_HIDDEN", "DIFF_DQN", "DQN",
-           "DeepLearner", "DeepState", "FULL", "LEARNERS", "OPTIMIZERS", "SETTINGS", "Settings", "init", "is_deep",
+           "DeepLearner", "DeepState", "FULL", "LEARNERS", "OPTIMIZERS", "SETTINGS", "Settings", "TARGET_RBAR", "init", "is_deep",
            "make_optimizer", "q_values", "resolve_settings", "sweep_flops", "update", "update_flops"]

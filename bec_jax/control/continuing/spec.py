@@ -165,7 +165,7 @@ class ContinuingSpec(GridColumns):
         if obs is None:
             raise ValueError(f"task: {self.task} gives no observation (observe) for a network learner; "
                              "use a linear learner, or give the task an observe function")
-        st = deep.resolve_settings(task, self.learner_params, obs[0])
+        st = deep.resolve_settings(task, self.learner_params, obs[0], self.algorithm_def.unbiased)
         object.__setattr__(self, "learner_params", st.as_params())
         P = st.update_period
         if self.steps % P:
@@ -185,7 +185,7 @@ class ContinuingSpec(GridColumns):
         obs = observation(task)
         if not deep.is_deep(self.algorithm_def) or obs is None:
             raise ValueError(f"learner_params: {self.algorithm} is not a network learner")
-        return deep.resolve_settings(task, self.learner_params, obs[0])
+        return deep.resolve_settings(task, self.learner_params, obs[0], self.algorithm_def.unbiased)
 
     def _task_axes(self) -> dict:
         """{name: values} of the task parameters that are grid axes (`is_task_axis`), checked."""
