@@ -96,33 +96,41 @@ def rate_field(alg, template) -> str | None:
     return next((n for n in RATE_FIELDS if hasattr(template, n)), None)
 
 
-def make_run(spec: ContinuingSpec, task=None):
-    """run(init_key, stream_key, cols) -> {output: array} of one run: its grid
-    point's columns `cols` (scalars), its T steps in L blocks of K; per block
-    (L,) the sum of the task's rewards (the offset not included; summed in
-    order, and divided by K on the host, `sweep.assemble`: XLA may turn a
-    division by a constant into a multiplication, which rounds otherwise), the learner's
+def linear_stages(spec: ContinuingSpec, task=None) -> tuple:
+    """(start, advance, finish) of one run of a linear learner, its lane
+    `(init_key, stream_key, cols)` (the grid point's columns, scalars):
+    start -> carry (learner, task state, features); advance(carry, lane, j0,
+    n) runs log blocks j0 .. j0 + n - 1 (K steps each) and logs per block the
+    sum of the task's rewards (the offset not included; summed in order, and
+    divided by K on the host, `sweep.assemble`: XLA may turn a division by a
+    constant into a multiplication, which rounds otherwise), the learner's
     reward-rate estimate at the block's end (NaN if it has none) and the
-    largest |w| then; for a tabular task also the final Q table (S, A)."""
+    largest |w| then; finish -> a tabular task's final Q table (S, A). A
+    step's randomness comes from its global step t (module docstring), so the
+    stages of a run compute what `make_run` does, split anywhere."""
     task = task if task is not None else spec.make_task()
     alg = spec.algorithm_def
     dtype = jnp.dtype(spec.dtype)
-    K, L = spec.block_steps, spec.num_blocks
+    K = spec.block_steps
     template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((task.num_features,), dtype))
     if not hasattr(template, alg.weights):
         raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state has no such field")
     rate = rate_field(alg, template)
     S, A = task.num_states, task.num_actions
 
-    def run(init_key, stream_key, cols):
-        hp = {n: cols[n] for n in alg.names}
+    def start(lane):
+        init_key, _, cols = lane
+        env = task.reset(init_key)
+        return alg.init(initial_weights(task, cols["q0"], dtype)), env, task.features(env)
+
+    def advance(carry, lane, j0: int, n: int):
+        _, stream_key, cols = lane
+        hp = {n_: cols[n_] for n_ in alg.names}
         g = jnp.asarray(cols["gamma"], dtype)
         offset = jnp.asarray(cols["reward_offset"], dtype)
-        env = task.reset(init_key)
-        learner = alg.init(initial_weights(task, cols["q0"], dtype))
 
-        def step(carry, t):
-            learner, env, active, total = carry
+        def step(c, t):
+            learner, env, active, total = c
             key = jax.random.fold_in(stream_key, t)
             w = getattr(learner, alg.weights)
             a = epsilon_greedy(uniforms(key), q_values(w, active), cols["epsilon"])
@@ -132,81 +140,115 @@ def make_run(spec: ContinuingSpec, task=None):
             tr = ControlTransition(active=active[a], reward=r + offset, discount=g, gamma=g, next_active=nxt)
             return (alg.apply(learner, tr, hp), env, nxt, total + r), None
 
-        def block(carry, j):
-            learner, env, active = carry
+        def block(c, j):
+            learner, env, active = c
             ts = j * K + jnp.arange(K, dtype=jnp.uint32)
             (learner, env, active, total), _ = jax.lax.scan(step, (learner, env, active, jnp.zeros((), dtype)), ts)
             w = getattr(learner, alg.weights)
             est = getattr(learner, rate).astype(dtype) if rate is not None else jnp.full((), jnp.nan, dtype)
             return (learner, env, active), (total, est, jnp.max(jnp.abs(w)))
 
-        (learner, _, _), (reward, est, big) = jax.lax.scan(
-            block, (learner, env, task.features(env)), jnp.arange(L, dtype=jnp.uint32))
-        out = {"reward_sum": reward, "rate_estimate": est, "max_abs_w": big}
-        if S > 0:  # tabular: one-hot feature a * S + s (`continuing.tabular`), so Q[s, a] = w[a S + s]
-            out["q_table"] = getattr(learner, alg.weights).reshape(A, S).T
-        return out
+        carry, (reward, est, big) = jax.lax.scan(block, carry, j0 + jnp.arange(n, dtype=jnp.uint32))
+        return carry, {"reward_sum": reward, "rate_estimate": est, "max_abs_w": big}
 
-    return run
+    def finish(carry, lane):
+        if S == 0:
+            return {}
+        # tabular: one-hot feature a * S + s (`continuing.tabular`), so Q[s, a] = w[a S + s]
+        return {"q_table": getattr(carry[0], alg.weights).reshape(A, S).T}
+
+    return start, advance, finish
 
 
-def make_deep_run(spec: ContinuingSpec, task=None):
-    """run(init_key, stream_key, cols) -> {output: array} of one run of a
-    network learner (`continuing.deep`): its T steps as a scan over the T /
-    P update periods (P = update_period), each an inner scan of P steps
-    (act on q(s, .), step the task, add the transition to the replay ring)
-    and then one update, so no step branches on the clock. The logs are
-    `make_run`'s, per block of K steps: the block's summed reward (each step
-    adds its reward to its block's slot, so a block need not hold whole
-    periods), rbar after the block's last update (NaN for dqn) and the
-    largest |weight| of the network then (NaN once it diverged).
+def deep_stages(spec: ContinuingSpec, task=None) -> tuple:
+    """(start, advance, finish) of one run of a network learner
+    (`continuing.deep`), as `linear_stages`: advance runs its blocks as a scan
+    over their update periods (P = update_period steps), each an inner scan
+    of P steps (act on q(s, .), step the task, add the transition to the
+    replay ring) and then one update, so no step branches on the clock; j0 K
+    and n K must be whole periods. The logs are the linear learners', per
+    block of K steps: the block's summed reward (each step adds its reward to
+    its block's slot, so a block need not hold whole periods), rbar after the
+    block's last update (NaN for dqn) and the largest |weight| of the network
+    then (NaN once it diverged).
 
-    Randomness: the task's reset and the actions as `make_run` draws them
+    Randomness: the task's reset and the actions as a linear learner's
     (step t's key fold_in(stream key, t)); the network from fold_in(init key,
     1); update u's batch from fold_in(fold_in(init key, 2), u). A run thus
     depends on its seed and grid point only."""
     task = task if task is not None else spec.make_task()
     alg, st = spec.algorithm_def, spec.settings
     dtype = jnp.dtype(spec.dtype)
-    K, L, P = spec.block_steps, spec.num_blocks, st.update_period
-    U = spec.steps // P
+    K, P = spec.block_steps, st.update_period
     _, observe = observation(task)
 
-    def run(init_key, stream_key, cols):
+    def start(lane):
+        init_key, _, cols = lane
+        env = task.reset(init_key)
+        obs = observe(env).astype(dtype)
+        return deep.init(jax.random.fold_in(init_key, 1), st, obs, jnp.asarray(cols["alpha"], dtype), dtype), env, obs
+
+    def advance(carry, lane, j0: int, n: int):
+        init_key, stream_key, cols = lane
+        if (n * K) % P or (isinstance(j0, int) and (j0 * K) % P):
+            raise ValueError(f"stages: log blocks {j0}..{j0} + {n} are not whole update periods of {P} steps")
         g = jnp.asarray(cols["gamma"], dtype)
         offset = jnp.asarray(cols["reward_offset"], dtype)
         alpha = jnp.asarray(cols["alpha"], dtype)
         eta = jnp.asarray(cols["eta"], dtype) if "eta" in cols else jnp.zeros((), dtype)
-        env = task.reset(init_key)
-        obs = observe(env).astype(dtype)
-        learner = deep.init(jax.random.fold_in(init_key, 1), st, obs, alpha, dtype)
         update_key = jax.random.fold_in(init_key, 2)
-        logs = (jnp.zeros((L,), dtype), jnp.full((L,), jnp.nan, dtype), jnp.full((L,), jnp.nan, dtype))
+        logs = (jnp.zeros((n,), dtype), jnp.full((n,), jnp.nan, dtype), jnp.full((n,), jnp.nan, dtype))
+        base = jnp.asarray(j0 * K, jnp.uint32)
 
-        def step(carry, t):
-            learner, env, obs, reward = carry
+        def step(c, t):
+            learner, env, obs, reward = c
             key = jax.random.fold_in(stream_key, t)
             a = epsilon_greedy(uniforms(key), deep.q_values(st, learner.params, obs), cols["epsilon"])
             env, r = task.step(threefry.fold_in(key, 1), env, a)
             nxt = observe(env).astype(dtype)
             r = jnp.asarray(r, dtype)
             learner = learner._replace(replay=replay.replay_add(learner.replay, a, r + offset, nxt))
-            return (learner, env, nxt, reward.at[t // K].add(r)), None
+            return (learner, env, nxt, reward.at[(t - base) // K].add(r)), None
 
-        def period(carry, u):
-            learner, env, obs, (reward, est, big) = carry
+        def period(c, u):
+            learner, env, obs, (reward, est, big) = c
             ts = u * P + jnp.arange(P, dtype=jnp.uint32)
             (learner, env, obs, reward), _ = jax.lax.scan(step, (learner, env, obs, reward), ts)
             learner = deep.update(alg, st, learner, jax.random.fold_in(update_key, u), alpha, eta, g)
-            block = ((u + 1) * P - 1) // K
+            block = ((u + 1) * P - 1 - base) // K
             rbar = learner.rate.rbar if alg.centering is not None else jnp.full((), jnp.nan, dtype)
             est = est.at[block].set(rbar.astype(dtype))
             big = big.at[block].set(networks.max_abs(learner.params).astype(dtype))
             return (learner, env, obs, (reward, est, big)), None
 
-        (_, _, _, (reward, est, big)), _ = jax.lax.scan(
-            period, (learner, env, obs, logs), jnp.arange(U, dtype=jnp.uint32))
-        return {"reward_sum": reward, "rate_estimate": est, "max_abs_w": big}
+        u0 = jnp.asarray(j0 * K // P, jnp.uint32)
+        (learner, env, obs, (reward, est, big)), _ = jax.lax.scan(
+            period, (*carry, logs), u0 + jnp.arange(n * K // P, dtype=jnp.uint32))
+        return (learner, env, obs), {"reward_sum": reward, "rate_estimate": est, "max_abs_w": big}
+
+    def finish(carry, lane):
+        return {}
+
+    return start, advance, finish
+
+
+def stages(spec: ContinuingSpec, task=None) -> tuple:
+    """(start, advance, finish) of one run of the spec's learner
+    (`linear_stages` or `deep_stages`)."""
+    return (deep_stages if deep.is_deep(spec.algorithm_def) else linear_stages)(spec, task)
+
+
+def make_run(spec: ContinuingSpec, task=None):
+    """run(init_key, stream_key, cols) -> {output: array} of one run: its
+    stages (`stages`) over all L log blocks, (L,) logs each and a tabular
+    task's final Q table (S, A)."""
+    start, advance, finish = stages(spec, task)
+    L = spec.num_blocks
+
+    def run(init_key, stream_key, cols):
+        lane = (init_key, stream_key, cols)
+        carry, out = advance(start(lane), lane, 0, L)
+        return {**out, **finish(carry, lane)}
 
     return run
 
@@ -245,25 +287,78 @@ def deep_batch(spec: ContinuingSpec, platform: str = "cpu") -> int | None:
     return 1 if rows >= CPU_SOLO_ROWS else max(1, CPU_LANE_ROWS // rows)
 
 
-def runs(spec: ContinuingSpec, seed, grid: dict, task=None, platform: str = "cpu") -> dict:
-    """Every run of the grid points in `grid` (a dict of (G,) columns) for the
-    spec's seeds: {output: (G, N, ...)}. The runs are one flat batch, grid
-    point-major (gathers and scatters with one batch axis compile to simpler
-    loops on the CPU than with two, as in `control.program`)."""
+def lanes(spec: ContinuingSpec, seed, grid: dict) -> tuple:
+    """(G, lanes): every run's inputs `(init_key, stream_key, cols)`, one flat
+    batch of G N runs, grid point-major (gathers and scatters with one batch
+    axis compile to simpler loops on the CPU than with two, as in
+    `control.program`)."""
     N = spec.seeds
     G = next(iter(grid.values())).shape[0]
     keys = threefry.fused(per_seed_keys(seed, N, spec.seed_offset))
     init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
     seed_index = jnp.tile(jnp.arange(N), G)
     cols = {n: jnp.repeat(v, N) for n, v in grid.items()}
-    run = (make_deep_run if deep.is_deep(spec.algorithm_def) else make_run)(spec, task)
-    xs = (init_keys[seed_index], stream_keys[seed_index], cols)
+    return G, (init_keys[seed_index], stream_keys[seed_index], cols)
+
+
+def runs(spec: ContinuingSpec, seed, grid: dict, task=None, platform: str = "cpu") -> dict:
+    """Every run of the grid points in `grid` (a dict of (G,) columns) for the
+    spec's seeds: {output: (G, N, ...)} (`lanes`)."""
+    N = spec.seeds
+    G, xs = lanes(spec, seed, grid)
+    if deep.is_deep(spec.algorithm_def):
+        # A network learner's whole runs are a search of one rung (`engine.search.halving`): the loops a
+        # search runs, so that a search's survivors keep the bits of the full grid's runs (XLA:CPU may round
+        # a network's reductions over its batch otherwise in another loop structure).
+        from bec_jax.engine import search
+        start, advance, finish = stages(spec, task)
+        st = search.Stages(start=start, advance=advance, finish=finish, score=score(spec),
+                           batch=batch_runs(G * N, deep_batch(spec, platform)), unit=spec.search_unit())
+        out = search.halving(st, xs, G, N, spec.num_blocks, search.Schedule(ends=(spec.num_blocks,), points=(G,)))
+        return {k: v for k, v in out.items() if k not in ("stopped_rung", "rung_scores")}
+    run = make_run(spec, task)
     batch = batch_runs(G * N, deep_batch(spec, platform))
     if batch >= G * N:
         out = jax.vmap(run)(*xs)
     else:  # the runs in turn, `batch` at a time (a scan over vmapped batches; each run's bits are the same)
         out = jax.lax.map(lambda x: run(*x), xs, batch_size=batch)
     return {k: v.reshape((G, N) + v.shape[1:]) for k, v in out.items()}
+
+
+def score(spec: ContinuingSpec):
+    """The search's score hook (`engine.search.Stages.score`): each point's
+    reward rate over the log blocks run so far (`valid`), the mean over its
+    seeds; -inf for a point with a run whose weights stopped being finite
+    (diverged)."""
+
+    def fn(logs: dict, valid: jax.Array):
+        rate = jnp.where(valid, logs["reward_sum"], 0).sum(-1) / valid.sum()
+        bad = ~jnp.where(valid, jnp.isfinite(logs["max_abs_w"]), True).all(axis=(1, 2))
+        return jnp.where(bad, -jnp.inf, rate.mean(-1))
+
+    return fn
+
+
+def searched(spec: ContinuingSpec, seed, grid: dict, task=None, platform: str = "cpu") -> dict:
+    """The spec's search over the grid points of `grid` (every point of the
+    grid, in one call): `engine.search.halving` on this front's stages and
+    score; {output: (G, N, ...)} as `runs`, NaN where a point stopped, plus
+    "stopped_rung" (G,) and "rung_scores" (G, rungs)."""
+    from bec_jax.engine import search
+
+    N = spec.seeds
+    G, xs = lanes(spec, seed, grid)
+    start, advance, finish = stages(spec, task)
+    batch = batch_runs(G * N, deep_batch(spec, platform))
+    sched = spec.search_schedule()
+    if not deep.is_deep(spec.algorithm_def):
+        # A linear run's bits do not depend on its batch (tests/test_continuing_sweep.py): a batch of the
+        # last rung's runs, so that later rungs cost what they run. A network learner's reductions over
+        # its batch rows may round by the vmapped batch's size: the whole-run program's batch.
+        batch = min(batch, sched.points[-1] * N)
+    st = search.Stages(start=start, advance=advance, finish=finish, score=score(spec), batch=batch,
+                       unit=spec.search_unit())
+    return search.halving(st, xs, G, N, spec.num_blocks, sched)
 
 
 def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None) -> Program:
@@ -276,10 +371,11 @@ def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None)
     platform = (list(devices) if devices is not None else jax.devices())[0].platform
 
     def program(seed, grid):  # the name XLA's module gets
-        return runs(spec, seed, grid, task, platform)
+        return (searched if spec.search else runs)(spec, seed, grid, task, platform)
 
     return Program(spec=spec, group=group, fn=jit_over_grid(program, mesh), chunk=chunk, mesh=mesh)
 
 
 __all__ = ["BATCH_RUNS", "CPU_LANE_ROWS", "CPU_SOLO_ROWS", "DEEP_BATCH_RUNS", "OUTPUTS", "RATE_FIELDS", "batch_runs", "deep_batch", "epsilon_greedy",
-           "grid_inputs", "initial_weights", "make_deep_run", "make_program", "make_run", "rate_field", "runs"]
+           "deep_stages", "grid_inputs", "initial_weights", "lanes", "score", "searched", "linear_stages", "make_program", "make_run", "rate_field", "runs",
+           "stages"]

@@ -32,6 +32,7 @@ from bec_jax.stats import t_half_width_of, t_interval
 # A window of a run: the fraction of its last log blocks it covers.
 WINDOWS = {"all": 1.0, "last50": 0.5, "last10": 0.1}
 ARRAYS = ("reward", "rate_estimate", "max_abs_w")  # (G, N, L) each
+OPTIONAL = ("q_table", "stopped_rung", "rung_scores")  # a tabular task's final Q; a search's rungs
 
 
 @dataclass
@@ -50,6 +51,11 @@ class ContinuingResult(GridResult):
         overflowed).
       q_table: (G, N, S, A) the final action values, tabular tasks only.
       meta: timings, versions, machine and device.
+      stopped_rung: (G,) a search's last rung each point ran (`engine.search`;
+        rungs - 1 for the points that ran every step), None for a full sweep;
+        a point stopped early has NaN in every log after its last rung.
+      rung_scores: (G, rungs) a search's score of each point at each rung
+        (its reward rate so far; NaN where it was not scored), or None.
       source: the run directory the result was saved to or loaded from (None
         before either), which messages about it name; not a field.
     """
@@ -66,6 +72,8 @@ class ContinuingResult(GridResult):
     q_table: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
     spec_dict: dict | None = None
+    stopped_rung: np.ndarray | None = None
+    rung_scores: np.ndarray | None = None
 
     # -- views (and `GridResult`'s: task, algorithm, num_points, seeds, point, select) ----------
     @property
@@ -213,8 +221,9 @@ class ContinuingResult(GridResult):
         """The arrays of `curves.npz`: reward, rate_estimate, max_abs_w,
         q_table (tabular) and the grid as `grid_<column>`."""
         out = {name: getattr(self, name) for name in ARRAYS}
-        if self.q_table is not None:
-            out["q_table"] = self.q_table
+        for name in OPTIONAL:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         for n, v in self.grid.items():
             out[GRID_PREFIX + n] = v
         return out
@@ -225,7 +234,7 @@ class ContinuingResult(GridResult):
         spec, spec_dict, meta, columns = cls.read_meta(out_dir, ContinuingSpec)
         with np.load(os.path.join(out_dir, CURVES_FILE)) as z:
             r = cls(spec=spec, grid=cls.read_grid(z, columns), **{name: z[name] for name in ARRAYS},
-                    q_table=z["q_table"] if "q_table" in z.files else None, meta=meta, spec_dict=spec_dict)
+                    meta=meta, spec_dict=spec_dict, **{n: z[n] if n in z.files else None for n in OPTIONAL})
         r.source = out_dir
         return r
 

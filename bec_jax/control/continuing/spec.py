@@ -95,6 +95,11 @@ class ContinuingSpec(GridColumns):
         sync_period, optimizer), each program's shape; resolved against the
         task on construction (`continuing.deep.resolve_settings`: the defaults
         filled in), so the spec records every setting. Linear learners take none.
+      search: None (every point runs all its steps), or a successive-halving
+        search of the grid (`engine.search`): {"method": "halving", "rate":
+        eta (default 3), "rungs": R (default: as many as the grid and the
+        steps allow), "min_steps": the first rung's least steps (default one
+        log block)}; every point of the grid in one call. Not with task axes.
     """
 
     KIND: ClassVar[str] = KIND  # which kind of run this is (`bec_jax.run.kinds`)
@@ -113,6 +118,7 @@ class ContinuingSpec(GridColumns):
     seed_offset: int = 0
     dtype: str = "float32"
     learner_params: dict = dataclasses.field(default_factory=dict)
+    search: dict | None = None
 
     def __post_init__(self):  # noqa: C901  (a validator: one check a field)
         if not isinstance(self.task, str):
@@ -148,6 +154,8 @@ class ContinuingSpec(GridColumns):
             axes = ", ".join(f"task_params.{n}" for n in self.task_axes)
             raise ValueError(f"{axes}: every value must give a task of the same size (actions, features, "
                              "states, observations); run the sizes as separate sweeps")
+        if self.search is not None:
+            self._check_search()
         if deep.is_deep(self.algorithm_def):
             self._check_network(built[0])
         elif self.learner_params:
@@ -155,6 +163,56 @@ class ContinuingSpec(GridColumns):
                              f"learners ({', '.join(d.name for d in deep.LEARNERS)}) do")
         elif any(t.num_active == 0 for t in built) and any(v != 0 for v in self.hyperparameters["q0"]):
             raise ValueError(f"q0: {self.task} has dense features, whose weights start at 0; give q0 = 0")
+
+    def _check_search(self) -> None:
+        """The search's fields, normalized in place (defaults filled in), and its
+        schedule built once: a one-line `ValueError` naming the field where the
+        grid or the steps do not allow it."""
+        from bec_jax.engine import search
+
+        s = self.search
+        if not isinstance(s, dict):
+            raise ValueError(f"search: a table of the search's settings, got {s!r}")
+        unknown = set(s) - {"method", "rate", "rungs", "min_steps"}
+        if unknown:
+            raise ValueError(f"search.{sorted(unknown)[0]}: not a setting of a search; known: method, rate, rungs, "
+                             "min_steps")
+        if s.get("method", "halving") not in search.METHODS:
+            raise ValueError(f"search: one of {', '.join(search.METHODS)}, got {s.get('method')!r}")
+        if self.task_axes:
+            raise ValueError(f"search: not with task axes ({', '.join(self.task_axes)}): each value is its own "
+                             "program; search each value's grid as its own sweep")
+        min_steps = s.get("min_steps")
+        if min_steps is not None and (not is_int(min_steps) or not 1 <= min_steps <= self.steps):
+            raise ValueError(f"min_steps: an integer in [1, steps = {self.steps}], got {min_steps!r}")
+        norm = {"method": "halving", "rate": s.get("rate", search.DEFAULT_RATE), "rungs": s.get("rungs"),
+                "min_steps": min_steps}
+        object.__setattr__(self, "search", norm)
+        self.search_schedule()
+
+    def search_unit(self) -> int:
+        """The log blocks a search advances at once: 1, or for a network
+        learner the blocks of lcm(block steps, update period) steps (whole
+        update periods)."""
+        if not deep.is_deep(self.algorithm_def):
+            return 1
+        K = self.block_steps
+        P = deep.resolve_settings(self.make_task(), self.learner_params, observation(self.make_task())[0],
+                                  self.algorithm_def.unbiased).update_period
+        return math.lcm(K, P) // K
+
+    def search_schedule(self):
+        """The search's rungs (`engine.search.schedule`), their ends whole
+        `search_unit`s."""
+        from bec_jax.engine import search
+
+        s = self.search
+        unit = self.search_unit()
+        if self.num_blocks % unit:
+            raise ValueError(f"log_every: a search of a network learner needs steps / log_every ({self.num_blocks}) "
+                             f"to be a multiple of {unit} (its blocks in whole update periods)")
+        min_blocks = 1 if s["min_steps"] is None else -(-s["min_steps"] // self.block_steps)
+        return search.schedule(self.num_points, self.num_blocks, unit, s["rate"], s["rungs"], min_blocks)
 
     def _check_network(self, task) -> None:
         """A network learner's settings against the task and the run's steps
@@ -336,6 +394,7 @@ class ContinuingSpec(GridColumns):
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["task_params"] = dict(self.task_params)
         d["learner_params"] = dict(self.learner_params)
+        d["search"] = None if self.search is None else dict(self.search)
         d["hyperparameters"] = {k: list(v) for k, v in self.hyperparameters.items()
                                 if k not in LOOP_AXES and k not in self.task_axes}
         for name in LOOP_AXES:

@@ -27,6 +27,7 @@ from bec_jax.control.continuing.results import ContinuingResult
 from bec_jax.control.continuing.spec import ContinuingSpec
 from bec_jax.control.grid import task_groups
 from bec_jax.engine import execute, joint, memory
+from bec_jax.engine.plan import Chunk, Group
 from bec_jax.engine.programs import Program
 from bec_jax.engine.protocol import check_dtype, chunk_points, gather, run_meta, whole_points
 
@@ -96,10 +97,18 @@ def plan_memory(spec: ContinuingSpec, n_devices: int = 1, **kwargs) -> memory.Pl
     chunks, which this front does not run, and a network learner's run that
     cannot fit, with its sizes."""
     device = kwargs.get("device") or jax.devices()[0]
+    if spec.search is not None:  # one call of every point, on one device
+        n_devices, kwargs = 1, {**kwargs, "chunk_size": spec.num_points}
     sz = sizes(spec, device.platform, n_devices)
     if deep.is_deep(spec.algorithm_def):
         check_deep_fits(spec, sz, kwargs.get("memory_budget"), device)
-    return whole_points(memory.plan(spec, n_devices, sz=sz, **kwargs), spec, sz, "a continuing sweep")
+    pl = whole_points(memory.plan(spec, n_devices, sz=sz, **kwargs), spec, sz, "a continuing sweep")
+    if spec.search is not None and pl.device_bytes > pl.budget:
+        raise memory.TooLarge(f"memory_budget: a search runs every grid point's runs in one call: {spec.num_points} "
+                              f"points x {spec.seeds} seeds need about {memory.human(pl.device_bytes)} of device "
+                              f"memory; the budget is {memory.human(pl.budget)}; raise --memory-budget, or use fewer "
+                              "seeds or grid points")
+    return pl
 
 
 def check_deep_fits(spec: ContinuingSpec, sz: memory.Sizes, memory_budget, device) -> None:
@@ -123,7 +132,10 @@ def check_deep_fits(spec: ContinuingSpec, sz: memory.Sizes, memory_budget, devic
 
 def plan_chunk(spec: ContinuingSpec, chunk_size: int | None = None, n_devices: int = 1,
                memory_budget: int | None = None) -> int:
-    """Grid points per compiled call (`engine.protocol.chunk_points`)."""
+    """Grid points per compiled call (`engine.protocol.chunk_points`); a
+    search's: every point, in one call."""
+    if spec.search is not None:
+        return spec.num_points
     return chunk_points(plan_memory, spec, chunk_size, n_devices, memory_budget)
 
 
@@ -132,7 +144,11 @@ def plan(spec: ContinuingSpec, chunk: int) -> tuple[list, list]:
     at most `chunk` points: one group of every point (one program: every
     setting is a traced column), or with task axes one group per combination
     of their values, each its own task and program (`Group.static` holds the
-    values), as episodic control's untraced task axes (`control.sweep.plan`)."""
+    values), as episodic control's untraced task axes (`control.sweep.plan`).
+    A search: every point in one chunk, unpadded (the search ranks them all)."""
+    if spec.search is not None:
+        G = spec.num_points
+        return [Group(np.arange(G), [], np.zeros(G, np.int32), ())], [Chunk(0, np.arange(G), G)]
     return task_groups(spec, chunk)
 
 
@@ -192,7 +208,8 @@ def assemble(spec: ContinuingSpec, groups, chunks, results: dict, meta: dict | N
     reward = cat["reward_sum"] / np.asarray(spec.block_steps, cat["reward_sum"].dtype)
     return ContinuingResult(spec=spec, grid=spec.grid_arrays(), reward=reward,
                             rate_estimate=cat["rate_estimate"], max_abs_w=cat["max_abs_w"],
-                            q_table=cat.get("q_table"), meta=dict(meta or {}))
+                            q_table=cat.get("q_table"), meta=dict(meta or {}),
+                            stopped_rung=cat.get("stopped_rung"), rung_scores=cat.get("rung_scores"))
 
 
 run_chunks = execute.run_chunks  # called with `engine=` this module
@@ -211,6 +228,8 @@ def run(spec: ContinuingSpec, *, chunk_size: int | None = None, devices=None, me
     one call, and its logs are small."""
     check_dtype(spec)
     devices = list(devices) if devices is not None else jax.devices()
+    if spec.search is not None:  # every point in one call, on one device
+        devices, chunk_size = devices[:1], None
     if chunk_size is not None:
         chunk_size = plan_chunk(spec, chunk_size, len(devices))
     pl = memory_plan or plan_memory(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
@@ -219,9 +238,17 @@ def run(spec: ContinuingSpec, *, chunk_size: int | None = None, devices=None, me
     ran = run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
                      on_chunk=on_chunk, progress=progress, engine=_FRONT)
     steps = ran.computed_points * spec.seeds * spec.steps
-    meta = run_meta(devices, pl.grid, len(chunks), ran, len(done_chunks or {}), work={
-        "run_steps": steps,
-        "steps_per_s": steps / ran.run_time_s if ran.run_time_s > 0 else None})
+    work = {}
+    if spec.search is not None:
+        sched = spec.search_schedule()
+        full = spec.num_points * spec.seeds * spec.steps
+        steps = sched.run_blocks(spec.seeds) * spec.block_steps if ran.computed_points else 0
+        work["search"] = {**spec.search, "rung_steps": [e * spec.block_steps for e in sched.ends],
+                          "rung_points": list(sched.points), "full_run_steps": full,
+                          "search_run_steps": sched.run_blocks(spec.seeds) * spec.block_steps}
+    chunk = spec.num_points if spec.search is not None else pl.grid
+    meta = run_meta(devices, chunk, len(chunks), ran, len(done_chunks or {}), work={
+        "run_steps": steps, "steps_per_s": steps / ran.run_time_s if ran.run_time_s > 0 else None, **work})
     return assemble(spec, groups, chunks, ran.results, meta)
 
 

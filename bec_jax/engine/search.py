@@ -1,0 +1,218 @@
+"""Successive halving inside one compiled program: `Schedule`, `schedule`,
+`halving`. A front hands it the stages of one run (`Stages`) and a score hook;
+every front's search is this one.
+
+Successive halving (Jamieson and Talwalkar 2016; the inner loop of Hyperband,
+Li et al., JMLR 2018): rung r runs the k_r surviving grid points, every seed
+of each, up to step T_r; the front's score of the steps so far (each point's
+mean over its seeds) ranks them, and the best ceil(k_r / eta) go on, ties to
+the lower grid index. Points whose score is not finite (a diverged run) rank
+last: they are out at the first rung they are scored, unless fewer finite
+points than the rung's places remain. The last rung runs to the full T.
+
+The whole search is one XLA program, with one copy of the run's step: a loop
+over the rungs, in each a loop over batches of `batch` runs (the survivors
+first, so rung r runs ceil(k_r N / batch) batches: a rung's cost follows its
+points), in each a loop over the rung's units of log blocks. Between rungs the
+carried state of every run (the learner, the task's state, the keys) is
+reordered on the device, survivors first (`jnp.take` on the run axis), with no
+host round trip. A batch's runs beyond the survivors are computed and their
+logs dropped. A run's random stream depends on its seed and point only, and
+its stages are the whole run's split at unit boundaries, so a survivor's
+curves equal the full grid's, bit for bit on the same machine.
+
+Freed runs are not reused (no more seeds for the survivors, no new points):
+a survivor's curves then are the full grid's, its seeds the same as every
+other point's, and more seeds belong to the confirmation on fresh seeds
+(`--confirm-seeds`), not to the selection.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+METHODS = ("halving",)
+DEFAULT_RATE = 3
+
+
+class Stages(NamedTuple):
+    """One run of a front in stages, for one run (the search vmaps them):
+
+      start(lane) -> carry                          the run's state before its first step
+      advance(carry, lane, j0, n) -> (carry, logs)  log blocks j0 .. j0 + n - 1, j0 traced, n static;
+                                                    logs: {name: (n, ...)}
+      finish(carry, lane) -> {name: array}          the run's finals (may be {})
+      score(logs, valid) -> (points,)               every point's selection score (higher is
+                                                    better) from logs {name: (points, seeds, blocks,
+                                                    ...)}, of the blocks where `valid` (blocks,) holds
+
+    `lane` is the run's inputs (a pytree: keys, its grid point's columns);
+    `batch`: runs vmapped together (the front's choice: the last rung's runs,
+    so that later rungs cost what they run, or its whole-run program's batch,
+    where a run's bits depend on it); `unit`: the log blocks `advance` takes
+    at once (rung ends are whole units).
+    """
+
+    start: Callable
+    advance: Callable
+    finish: Callable
+    score: Callable
+    batch: int
+    unit: int = 1
+
+
+class Schedule(NamedTuple):
+    """The rungs of a search: `ends[r]`, the log blocks run by the end of rung
+    r (the last is every block), and `points[r]`, the points rung r runs."""
+
+    ends: tuple
+    points: tuple
+
+    @property
+    def rungs(self) -> int:
+        return len(self.ends)
+
+    def run_blocks(self, seeds: int) -> int:
+        """Run-blocks the search computes: each rung's points x seeds x its new blocks."""
+        starts = (0,) + self.ends[:-1]
+        return sum(k * seeds * (e - s) for k, s, e in zip(self.points, starts, self.ends))
+
+
+def schedule(points: int, blocks: int, unit: int = 1, rate: float = DEFAULT_RATE, rungs: int | None = None,
+             min_blocks: int = 1) -> Schedule:
+    """The rungs for `points` grid points and runs of `blocks` log blocks,
+    rung ends on multiples of `unit` blocks: rung r of R ends at
+    blocks / rate^(R - 1 - r) (rounded to a unit, at least `min_blocks`), and
+    runs ceil(points / rate^r) points. By default as many rungs as leave more
+    than one point to rank and a first rung of at least `min_blocks`. One-line
+    `ValueError`s naming the field where the grid or the steps do not allow it."""
+    if points < 2:
+        raise ValueError("search: a search ranks grid points; this grid has one (give more values of an axis)")
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 2:
+        raise ValueError(f"halving_rate: a number >= 2 (the fraction 1/rate of points goes on), got {rate!r}")
+    units = blocks // unit
+    most = 1 + max(1, math.ceil(math.log(points, rate) - 1e-9))  # the last rung has ceil(points / rate^(R-1)) >= 1
+    if rungs is None:
+        R = most
+        while R > 2 and _ends(units, R, rate, unit, min_blocks) is None:
+            R -= 1
+    else:
+        if isinstance(rungs, bool) or not isinstance(rungs, int) or rungs < 2:
+            raise ValueError(f"rungs: an integer >= 2, got {rungs!r}")
+        R = rungs
+    ends = _ends(units, R, rate, unit, min_blocks)
+    if ends is None:
+        raise ValueError(f"rungs: {R} rungs need {R} distinct rung ends of at least {min_blocks} log blocks among the "
+                         f"run's {blocks} blocks (in steps of {unit}); give fewer rungs, a smaller --min-steps or "
+                         "more steps")
+    counts = [points]
+    for _ in range(R - 1):
+        counts.append(max(1, math.ceil(counts[-1] / rate)))
+    if counts[-2] == counts[-1] == 1:
+        raise ValueError(f"rungs: {R} rungs leave one point before the last rung ({points} points at rate {rate:g}); "
+                         "give fewer rungs")
+    return Schedule(ends=tuple(ends), points=tuple(counts))
+
+
+def _ends(units: int, R: int, rate: float, unit: int, min_blocks: int) -> list | None:
+    """Rung ends in blocks, strictly increasing, the first at least `min_blocks`; None if impossible."""
+    ends = [max(1, round(units / rate ** (R - 1 - r))) * unit for r in range(R)]
+    ends[-1] = units * unit
+    ok = all(a < b for a, b in zip(ends, ends[1:])) and ends[0] >= min_blocks
+    return ends if ok else None
+
+
+def _rows(tree, rows):
+    return jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), tree)
+
+
+def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: Schedule) -> dict:
+    """The search, traced (call it inside the front's program): `lanes` the
+    inputs of every run, a pytree with leading axis points * seeds
+    (point-major). Returns {log name: (points, seeds, blocks, ...)} with NaN
+    where a point did not run, {final name: (points, seeds, ...)} NaN for the
+    points stopped early, "stopped_rung" (points,) int32 (the last rung each
+    point ran; rungs - 1 for the survivors) and "rung_scores" (points, rungs)
+    (NaN where a point was not scored)."""
+    R, N, u = sched.rungs, seeds, stages.unit
+    last = sched.points[-1] * N
+    B = max(1, min(stages.batch, points * N))
+    n_runs = points * N
+    n_pad = -(-n_runs // B) * B
+    pad = np.minimum(np.arange(n_pad), n_runs - 1)  # dead runs (copies of the last) fill the last batch
+    lanes = _rows(lanes, jnp.asarray(pad))
+    carry = jax.lax.map(stages.start, lanes, batch_size=B)
+    shapes = jax.eval_shape(jax.vmap(lambda c, x: stages.advance(c, x, 0, u)), _rows(carry, jnp.arange(1)),
+                            _rows(lanes, jnp.arange(1)))[1]
+    logs = {n: jnp.full((points, N, blocks) + s.shape[2:], jnp.nan, s.dtype) for n, s in shapes.items()}
+    ends_u = jnp.asarray([e // u for e in sched.ends], jnp.int32)
+    counts = jnp.asarray(sched.points + (sched.points[-1],), jnp.int32)  # the points of rung r and of the next
+    advance = jax.vmap(stages.advance, in_axes=(0, 0, None, None))
+
+    def rung(r, state):
+        carry, lanes, logs, order, stopped, scores = state
+        k = counts[r]
+        u0 = jnp.where(r > 0, ends_u[jnp.maximum(r - 1, 0)], 0)
+
+        def batch(b, st):
+            carry, logs = st
+            rows = b * B + jnp.arange(B)
+            c = jax.tree_util.tree_map(lambda x: jax.lax.dynamic_slice_in_dim(x, b * B, B), carry)
+            x = jax.tree_util.tree_map(lambda v: jax.lax.dynamic_slice_in_dim(v, b * B, B), lanes)
+            live = rows < k * N
+            pts = jnp.where(live, order[jnp.minimum(rows // N, points - 1)], points)  # points: out of range, dropped
+
+            def unit(j, st2):
+                c, logs = st2
+                c, ys = advance(c, x, j * u, u)
+                cols = j * u + jnp.arange(u)
+                logs = {n: logs[n].at[pts[:, None], (rows % N)[:, None], cols[None, :]].set(ys[n], mode="drop")
+                        for n in logs}
+                return c, logs
+
+            c, logs = jax.lax.fori_loop(u0, ends_u[r], unit, (c, logs))
+            carry = jax.tree_util.tree_map(lambda v, w: jax.lax.dynamic_update_slice_in_dim(v, w, b * B, 0), carry, c)
+            return carry, logs
+
+        carry, logs = jax.lax.fori_loop(0, (k * N + B - 1) // B, batch, (carry, logs))
+        running = jnp.zeros((points,), bool).at[order].set(jnp.arange(points) < k)
+        s = stages.score(logs, jnp.arange(blocks) < ends_u[r] * u).astype(jnp.float32)
+        s = jnp.where(running, s, jnp.nan)
+        scores = jnp.where((jnp.arange(R) == r)[None, :] & (r < R - 1), s[:, None], scores)
+        # Survivors first: running, then the score descending (not finite: last), then the grid index.
+        key = jnp.where(jnp.isfinite(s), s, -jnp.inf)
+        new = jnp.lexsort((jnp.arange(points), -key, ~running)).astype(jnp.int32)
+        rank = jnp.zeros((points,), jnp.int32).at[new].set(jnp.arange(points, dtype=jnp.int32))
+        stopped = jnp.where(running & (rank >= counts[r + 1]), r, stopped)
+        where = jnp.zeros((points,), jnp.int32).at[order].set(jnp.arange(points, dtype=jnp.int32))
+        perm = (where[new][:, None] * N + jnp.arange(N)[None, :]).reshape(-1)
+        perm = jnp.concatenate([perm, jnp.arange(n_runs, n_pad)])
+        return _rows(carry, perm), _rows(lanes, perm), logs, new, stopped, scores
+
+    state = (carry, lanes, logs, jnp.arange(points, dtype=jnp.int32), jnp.full((points,), R - 1, jnp.int32),
+             jnp.full((points, R), jnp.nan, jnp.float32))
+    carry, lanes, logs, order, stopped, scores = jax.lax.fori_loop(0, R, rung, state)
+    finals = jax.lax.map(lambda cx: stages.finish(*cx), (carry, lanes), batch_size=B)
+    out = dict(logs)
+    rows = jnp.arange(n_pad)
+    pts = jnp.where(rows < last, order[jnp.minimum(rows // N, points - 1)], points)
+    for n, f in finals.items():
+        nan = jnp.nan if jnp.issubdtype(f.dtype, jnp.floating) else 0
+        out[n] = jnp.full((points, N) + f.shape[1:], nan, f.dtype).at[pts, rows % N].set(f, mode="drop")
+    out["stopped_rung"] = stopped
+    out["rung_scores"] = scores
+    return out
+
+
+def survivors(stopped_rung: np.ndarray) -> np.ndarray:
+    """The grid points that ran every rung, from a search's `stopped_rung`."""
+    s = np.asarray(stopped_rung)
+    return np.flatnonzero(s == s.max())
+
+
+__all__ = ["DEFAULT_RATE", "METHODS", "Schedule", "Stages", "halving", "schedule", "survivors"]
