@@ -88,15 +88,16 @@ def schedule(points: int, blocks: int, unit: int = 1, rate: float = DEFAULT_RATE
     """The rungs for `points` grid points and runs of `blocks` log blocks,
     rung ends on multiples of `unit` blocks: rung r of R ends at
     blocks / rate^(R - 1 - r) (rounded to a unit, at least `min_blocks`), and
-    runs ceil(points / rate^r) points. By default as many rungs as leave more
-    than one point to rank and a first rung of at least `min_blocks`. One-line
+    runs ceil(points / rate^r) points. By default as many rungs as leave the
+    last at least `rate` points (where the grid has them: the choice is then
+    made on whole runs) and a first rung of at least `min_blocks`. One-line
     `ValueError`s naming the field where the grid or the steps do not allow it."""
     if points < 2:
         raise ValueError("search: a search ranks grid points; this grid has one (give more values of an axis)")
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate < 2:
         raise ValueError(f"halving_rate: a number >= 2 (the fraction 1/rate of points goes on), got {rate!r}")
     units = blocks // unit
-    most = 1 + max(1, math.ceil(math.log(points, rate) - 1e-9))  # the last rung has ceil(points / rate^(R-1)) >= 1
+    most = max(2, 1 + math.floor(math.log(points / rate, rate) + 1e-9)) if points > rate else 2
     if rungs is None:
         R = most
         while R > 2 and _ends(units, R, rate, unit, min_blocks) is None:

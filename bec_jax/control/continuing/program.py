@@ -331,8 +331,10 @@ def score(spec: ContinuingSpec):
     seeds; -inf for a point with a run whose weights stopped being finite
     (diverged)."""
 
+    K = spec.block_steps
+
     def fn(logs: dict, valid: jax.Array):
-        rate = jnp.where(valid, logs["reward_sum"], 0).sum(-1) / valid.sum()
+        rate = jnp.where(valid, logs["reward_sum"], 0).sum(-1) / (valid.sum() * K)
         bad = ~jnp.where(valid, jnp.isfinite(logs["max_abs_w"]), True).all(axis=(1, 2))
         return jnp.where(bad, -jnp.inf, rate.mean(-1))
 
