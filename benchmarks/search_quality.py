@@ -1,0 +1,148 @@
+"""How well successive halving chooses (issue 53 item 5): on a grid, over many
+repetitions with independent seeds, halving's chosen point against the full
+grid's best at the same seeds, judged on fresh seeds; the run-steps and the
+wall time it spends against the full grid's.
+
+    python -m benchmarks.search_quality [--grid access_control] [--reps 50] [--seeds 10]
+        [--steps 50000] [--real 3] [--min-steps S] [--smoke]
+
+  1. The full grid on reps x seeds seeds in one sweep (`continuing.sweep.run`);
+     repetition r uses seeds r * seeds .. (r + 1) * seeds - 1 (their streams
+     are independent: `engine.streams`).
+  2. For each repetition, the full grid's best at its seeds (the highest
+     reward rate over the whole run, the search's own score) and halving's
+     choice, replayed from the full grid's logs at those seeds: a survivor's
+     curves are the full grid's (tests/test_search.py), so the search's
+     choice is a function of those logs (each rung's score is the mean over
+     seeds of the reward rate so far). `--real` repetitions run the compiled
+     search itself, which must choose what the replay chose; they and a full
+     grid at the same seeds give the wall time.
+  3. Fresh seeds: every other repetition's seeds, independent of the ones
+     that chose. Halving's choice is right when it is the full grid's best,
+     or when its reward rate on the fresh seeds lies inside the best's 95%
+     t-interval there. Regret: (best - chosen) / (best - worst) of the fresh
+     means over the grid.
+
+Output: a table and benchmarks/results/search_quality.json. Goal (Access-
+Control): the same answer in at least 95% of repetitions at no more than 0.2x
+the run-steps and 0.5x the wall time.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from benchmarks import _common
+
+GRIDS = {
+    # Naik et al.'s Access-Control grid (continuing_speed.py), value-based reward centering.
+    "access_control": dict(task="access_control", algorithm="q_vrc",
+                           hyperparameters={"alpha": [2.0 ** -k for k in range(7, -1, -1)],
+                                            "eta": [0.0, 2.0 ** -8, 2.0 ** -6, 2.0 ** -4, 2.0 ** -2, 1.0]},
+                           gamma=[0.0, 0.5, 0.8, 0.9, 0.99, 0.999, 1.0], reward_offset=[-8.0, -4.0, 0.0, 4.0, 8.0]),
+}
+SMOKE = dict(task="access_control", algorithm="q_vrc", hyperparameters={"alpha": [2.0 ** -5, 0.5], "eta": [2.0 ** -6, 1.0]},
+             gamma=[0.9, 1.0], reward_offset=[0.0, 8.0])
+
+
+def replay(reward: np.ndarray, stopped_scores, sched, K: int) -> int:
+    """Halving's choice from the full grid's logs `reward` (G, N, L) (mean
+    reward per step per block) as the compiled search makes it: each rung's
+    score the float32 mean over seeds of the reward rate over its first blocks,
+    the best ceil(k / rate) on, ties to the lower index; the last rung's best
+    on the whole run."""
+    del stopped_scores, K
+    running = np.arange(reward.shape[0])
+    for r in range(sched.rungs):
+        e = sched.ends[r]
+        s = reward[running, :, :e].astype(np.float32).mean(-1).mean(-1)
+        if r == sched.rungs - 1:
+            return int(running[np.argmax(s)])
+        order = sorted(range(len(running)), key=lambda j: (-s[j] if np.isfinite(s[j]) else np.inf, running[j]))
+        running = np.sort(running[order[:sched.points[r + 1]]])
+    raise AssertionError("unreachable")
+
+
+def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--grid", default="access_control", choices=sorted(GRIDS))
+    p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--seeds", type=int, default=10)
+    p.add_argument("--steps", type=int, default=50_000)
+    p.add_argument("--real", type=int, default=3)
+    p.add_argument("--rate", type=float, default=3)
+    p.add_argument("--min-steps", type=int, default=None)
+    p.add_argument("--smoke", action="store_true")
+    args = p.parse_args(argv)
+    cores = _common.use_all_cpu_cores()
+    _common.configure_cache(None)
+    from bec_jax.control.continuing import sweep
+    from bec_jax.control.continuing.spec import ContinuingSpec
+    from bec_jax.stats import t_interval
+
+    grid = SMOKE if args.smoke else GRIDS[args.grid]
+    if args.smoke:
+        args.reps, args.seeds, args.steps, args.real = 4, 3, 2000, 1
+    N, R = args.seeds, args.reps
+    search = {"rate": args.rate, "min_steps": args.min_steps}
+    t0 = time.perf_counter()
+    big = sweep.run(ContinuingSpec(**grid, seeds=N * R, steps=args.steps), progress=False)
+    t_big = time.perf_counter() - t0
+    one = ContinuingSpec(**grid, seeds=N, steps=args.steps, search=search)
+    sched, K, G = one.search_schedule(), one.block_steps, one.num_points
+    rate_all = big.reward_rate("all")  # (G, R N)
+    lo_means = []
+    rows = []
+    for r in range(R):
+        mine = slice(r * N, (r + 1) * N)
+        best = int(np.argmax(rate_all[:, mine].mean(-1)))
+        chosen = replay(big.reward[:, mine], None, sched, K)
+        fresh = np.delete(rate_all, np.arange(r * N, (r + 1) * N), axis=1)  # every other repetition's seeds
+        f_mean = fresh.mean(-1)
+        m_best, lo_best, _ = t_interval(fresh[best])
+        lo_means.append(lo_best)
+        regret = (f_mean[best] - f_mean[chosen]) / max(f_mean.max() - f_mean.min(), 1e-12)
+        rows.append({"rep": r, "best": best, "chosen": chosen, "same": chosen == best,
+                     "inside": bool(chosen == best or f_mean[chosen] >= lo_best), "regret": float(regret),
+                     "fresh_best": float(m_best), "fresh_chosen": float(f_mean[chosen])})
+    real = []
+    for r in range(min(args.real, R)):
+        spec = ContinuingSpec(**grid, seeds=N, steps=args.steps, seed_offset=r * N, search=search)
+        found = sweep.run(spec, progress=False)
+        full = sweep.run(spec.replace(search=None), progress=False)
+        real.append({"rep": r, "chosen": found.best_index(), "replayed": rows[r]["chosen"],
+                     "full_best": full.best_index(), "search_run_s": found.meta["run_time_s"],
+                     "full_run_s": full.meta["run_time_s"], "search_compile_s": found.meta["compile_time_s"],
+                     "full_compile_s": full.meta["compile_time_s"]})
+    steps_ratio = sched.run_blocks(N) / (G * N * one.num_blocks)
+    wall = np.median([x["search_run_s"] / x["full_run_s"] for x in real]) if real else float("nan")
+    same = np.mean([x["same"] for x in rows])
+    inside = np.mean([x["inside"] for x in rows])
+    out = {"machine": _common.describe_machine(_common.machine_info(), _common.jax_info()), "cores": cores,
+           "timestamp": _common.timestamp(), "grid": args.grid if not args.smoke else "smoke", "points": G,
+           "seeds_per_rep": N, "reps": R, "steps": args.steps, "search": one.search,
+           "schedule": {"ends_steps": [e * K for e in sched.ends], "points": list(sched.points)},
+           "same_as_full_best": float(same), "inside_best_interval_on_fresh_seeds": float(inside),
+           "mean_normalized_regret": float(np.mean([x["regret"] for x in rows])),
+           "run_steps_ratio": steps_ratio, "wall_time_ratio": float(wall), "full_grid_all_reps_s": t_big,
+           "real_runs": real, "reps_detail": rows}
+    print(f"machine: {out['machine']}")
+    print(f"grid {out['grid']}: {G} points, {R} repetitions x {N} seeds x {args.steps:,} steps; rungs end at "
+          f"{out['schedule']['ends_steps']} steps with {list(sched.points)} points")
+    print(f"same as the full grid's best: {same:.0%}; the best or inside its 95% interval on fresh seeds: "
+          f"{inside:.0%}; mean normalized regret {out['mean_normalized_regret']:.4f}")
+    print(f"run-steps: {steps_ratio:.3f}x the full grid's; wall time (run, median of {len(real)}): {wall:.3f}x")
+    for x in real:
+        print(f"  real search rep {x['rep']}: chose {x['chosen']} (replay {x['replayed']}, full best {x['full_best']}); "
+              f"run {x['search_run_s']:.2f} s against {x['full_run_s']:.2f} s, compile {x['search_compile_s']:.1f} s "
+              f"against {x['full_compile_s']:.1f} s")
+    name = "search_quality" + ("" if args.min_steps is None else f"_min{args.min_steps}")
+    path = _common.write_json(_common.result_path(_common.RESULTS_DIR, name, args.smoke), out)
+    print(f"wrote {path}")
+    return 0 if all(x["chosen"] == x["replayed"] for x in real) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
