@@ -82,6 +82,32 @@ def sensitivity(ax, r, over: str = "alpha", series: str | None = None, window: s
     ax.legend(fontsize=7)
 
 
+def rungs(ax, r, title: str = "") -> None:
+    """On `ax`: a search's rungs (`engine.search`): each grid point's score
+    (its reward rate so far) at every rung it ran against the rung's step, one
+    grey line a point that stopped, one coloured line a point that ran every
+    step, the chosen point's final reward rate marked."""
+    ends = np.asarray(r.meta.get("search", {}).get("rung_steps") or
+                      np.arange(1, r.rung_scores.shape[1] + 1) * r.blocks * r.block_steps / r.rung_scores.shape[1])
+    last = int(np.max(r.stopped_rung))
+    finals = r.reward_rate("all").mean(-1)
+    for i in np.argsort(r.stopped_rung, kind="stable"):
+        y = np.asarray(r.rung_scores[i], np.float64).copy()
+        survived = r.stopped_rung[i] == last
+        if survived:
+            y[last] = finals[i]
+        ax.plot(ends, y, marker="o", ms=2.5, lw=0.9 if survived else 0.5, color=None if survived else "0.7",
+                alpha=1.0 if survived else 0.6, label=setting(r, i) if survived else None, zorder=2 if survived else 1)
+    b = r.best_index("all")
+    ax.plot([ends[last]], [finals[b]], marker="*", ms=12, color="k", ls="none", label=f"chosen: {setting(r, b)}")
+    ax.set_xscale("log")
+    ax.set_xlabel("step at the rung's end")
+    ax.set_ylabel("reward rate so far (the rung's score)", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6)
+
+
 def series_column(r) -> str | None:
     """The column a sensitivity figure draws one line per value of: eta where
     it varies, else gamma, else the first other varying column, else None."""
@@ -106,9 +132,9 @@ def compare_figure(results: dict, metric: str | None = None, title: str = "", se
 def plot_results(results: dict, out_dir: str, metric: str | None = None, select: dict | None = None,
                  prefix: str = "") -> list[str]:
     """Figures of continuing sweeps ({label: ContinuingResult}) into `out_dir`:
-    the best curves (`<prefix>curves.png/pdf`) and, for each result whose
-    grid varies alpha, its sensitivity to alpha (`<prefix>sensitivity_<label>`).
-    Returns the paths."""
+    the best curves (`<prefix>curves.png/pdf`), for each result whose grid
+    varies alpha its sensitivity to alpha (`<prefix>sensitivity_<label>`), and
+    for a search its rungs (`<prefix>rungs_<label>`, `rungs`). Returns the paths."""
     window = check_metric(results, metric)
     paths = save_figure(compare_figure(results, window, select=select), out_dir, f"{prefix}curves")
     for key, r in results.items():
@@ -117,6 +143,11 @@ def plot_results(results: dict, out_dir: str, metric: str | None = None, select:
             sensitivity(axes[0, 0], r, "alpha", series_column(r), window, title=f"{key} on {r.task}")
             fig.tight_layout()
             paths += save_figure(fig, out_dir, f"{prefix}sensitivity_{key}")
+        if r.stopped_rung is not None:  # a search: its rungs
+            fig, axes = new_figure(1, 1, panel=(7.0, 4.6))
+            rungs(axes[0, 0], r, title=f"{key} on {r.task}: successive halving, {int(r.stopped_rung.max()) + 1} rungs")
+            fig.tight_layout()
+            paths += save_figure(fig, out_dir, f"{prefix}rungs_{key}")
     return paths
 
 
