@@ -226,11 +226,11 @@ def test_a_mixed_study_in_two_parts_assembles_to_the_same_files(mixed_study, tmp
             np.testing.assert_array_equal(a[k], b[k], err_msg=f"{name}/{k}")
 
 
-def test_confirm_seeds_refuses_a_control_sweep_before_any_work(mixed_study, tmp_path, capsys):
-    out = tmp_path / "c"
-    assert main(["study", str(mixed_study / "s.toml"), "--out", str(out), "--confirm-seeds", "3"]) == 2
+def test_confirm_seeds_past_the_last_stream_are_refused_before_any_work(mixed_study, tmp_path, capsys):
+    out = tmp_path / "c"  # every kind confirms (tests/test_confirm.py); the first sweep names the limit
+    assert main(["study", str(mixed_study / "s.toml"), "--out", str(out), "--confirm-seeds", "2147483646"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("bec-jax: error: confirm_seeds: sweep 'q' "), err
+    assert len(err) == 1 and err[0].startswith("bec-jax: error: confirm_seeds: sweep 'td': "), err
     assert not out.exists()
 
 

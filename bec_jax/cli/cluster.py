@@ -159,6 +159,9 @@ def submit(args, spec, command: str) -> int:
     (`run.slurm.submit`), and says how to follow them. Returns 0."""
     _check_args(args)
     jobs.check_can_submit()
+    if getattr(args, "confirm_seeds", None):  # the assembling job's confirmation, refused before any submission
+        from bec_jax.run import confirm, study
+        (study.check_confirmable if command == "study" else confirm.check)(spec, args.confirm_seeds)
     if command == "study":
         _check_study_out(spec, args.out)
     else:

@@ -59,6 +59,7 @@ from bec_jax.cli.args import (
     value,
 )
 from bec_jax.files import writing
+from bec_jax.run import confirm as run_confirm
 
 EXIT_USAGE = 2
 
@@ -188,6 +189,8 @@ def _run_into_dir(spec, args, command: str):
     from bec_jax.run import rundir, runner
     if getattr(args, "submit", None):
         return cli_cluster.submit(args, spec, command)
+    if args.confirm_seeds:  # refused before any work, in one line
+        run_confirm.check(spec if spec is not None else runner.resume_spec(args.out), args.confirm_seeds, args.chunks)
     _enable_x64_for([spec if spec is not None else runner.resume_spec(args.out)])  # None only when resuming
     enable_compilation_cache()
     part = runner.parse_part(args.chunks) if args.chunks is not None else None
@@ -233,10 +236,7 @@ def _spec_or_resume(args, given: bool, build):
 
 
 def cmd_run(args) -> int:
-    from bec_jax.run import runner
     spec = _spec_or_resume(args, given_options(args), spec_from_args)
-    if args.chunks is not None and args.confirm_seeds:
-        raise UsageError("confirm_seeds: a part computes chunks only; confirm when assembling (--resume)")
     result = _run_into_dir(spec, args, "run")
     if isinstance(result, int):
         return result
@@ -259,8 +259,7 @@ def cmd_run(args) -> int:
     print(f"best by AUC: {result.point(b)}  final {spec.metrics[0]} = {fm:.4g}, "
           f"diverged fraction {result.diverged_fraction[b]:.2f}" + (f"; exact: {exact}" if exact else ""))
     print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
-    if args.confirm_seeds:
-        print(runner.confirm_line(runner.confirm(result, args.out, args.confirm_seeds), args.out))
+    run_confirm.report(result, args.out, args.confirm_seeds)
     return 0
 
 
@@ -288,6 +287,7 @@ def cmd_control(args) -> int:
         except ValueError as e:
             print(f"no best setting{at}: {e}")
     print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
+    run_confirm.report(result, args.out, args.confirm_seeds)
     return 0
 
 
@@ -317,6 +317,7 @@ def cmd_continuing(args) -> int:
           f"compile{_timing_note(m)}){speed}")
     print(continuing_summary(result))
     print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
+    run_confirm.report(result, args.out, args.confirm_seeds)
     return 0
 
 

@@ -36,6 +36,8 @@ DISTRIBUTED_HELP = ("join a run of several processes (hosts) with jax.distribute
 STALL_HELP = ("seconds without progress (no CPU used, no chunk finished) after which the command is taken to "
               "hang: it writes its thread stacks to OUT/stall-PID.txt and exits with status 75; 0 turns this off "
               "(default: $BEC_JAX_STALL_TIMEOUT, else 120 on a CPU and off on a GPU)")
+CONFIRM_HELP = ("after the sweep, run its best setting (a study: each sweep's) again on N fresh seeds, disjoint "
+                "from the ones that chose it, and report those numbers as the result (confirm.json, confirm/)")
 
 
 METRIC_HELP = ("prediction runs: a logged metric (default: each run's first); control runs: return (default) or "
@@ -120,8 +122,7 @@ def _add_run(sub, command) -> None:
     r.add_argument("--chunks", metavar="K/N",
                    help="compute only the K-th of N disjoint parts of the chunks into --out (for N processes, "
                         "e.g. a job array); then `bec-jax run --out DIR --resume` assembles the result")
-    r.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N",
-                   help="re-run the best setting on N fresh seeds and report both (confirm.json)")
+    r.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N", help=CONFIRM_HELP)
     r.add_argument("--distributed", metavar="auto|HOST:PORT,N,ID", help=DISTRIBUTED_HELP)
     r.add_argument("--stall-timeout", type=stall_timeout_arg, metavar="SECONDS", help=STALL_HELP)
     r.set_defaults(func=command)
@@ -170,6 +171,7 @@ def _add_control(sub, command) -> None:
     c.add_argument("--overwrite", action="store_true", help="allow a non-empty --out (start over)")
     c.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     c.add_argument("--chunks", metavar="K/N", help="compute only the K-th of N parts into --out")
+    c.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N", help=CONFIRM_HELP)
     c.add_argument("--stall-timeout", type=stall_timeout_arg, metavar="SECONDS", help=STALL_HELP)
     c.set_defaults(func=command)
 
@@ -215,6 +217,7 @@ def _add_continuing(sub, command) -> None:
     c.add_argument("--overwrite", action="store_true", help="allow a non-empty --out (start over)")
     c.add_argument("--resume", action="store_true", help="continue the interrupted run in --out")
     c.add_argument("--chunks", metavar="K/N", help="compute only the K-th of N parts into --out")
+    c.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N", help=CONFIRM_HELP)
     c.add_argument("--stall-timeout", type=stall_timeout_arg, metavar="SECONDS", help=STALL_HELP)
     c.set_defaults(func=command)
 
@@ -227,7 +230,7 @@ def _add_study(sub, command) -> None:
     st.add_argument("--overwrite", action="store_true")
     st.add_argument("--resume", action="store_true", help="continue the study in --out")
     st.add_argument("--chunk-size", type=int_arg("chunk_size"))
-    st.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N")
+    st.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N", help=CONFIRM_HELP)
     st.add_argument("--chunks", metavar="K/N",
                     help="compute only the K-th of N disjoint parts of every sweep's chunks into --out; then "
                          "`bec-jax study --out DIR --resume` assembles the study")

@@ -68,6 +68,7 @@ class Shared(NamedTuple):
     block: int
     max_blocks: int
     bound: float
+    seed_offset: int = 0  # seed i's stream is fold_in(key(seed), seed_offset + i)
 
 
 def behaviour_columns(spec: ControlSpec, columns: dict) -> loop.Behaviour:
@@ -267,7 +268,7 @@ def shared(specs: list[ControlSpec], axes: dict | None = None) -> Shared:
     K = spec.block_steps
     steps = spec.max_steps if spec.max_steps is not None else spec.episodes * spec.cap_of(task)
     return Shared(task, jnp.dtype(spec.dtype), task.num_features, spec.seeds, spec.episodes, K,
-                  -(-steps // K), spec.divergence_bound)
+                  -(-steps // K), spec.divergence_bound, spec.seed_offset)
 
 
 def run_ok(learner, ls, axes, bound: float) -> jax.Array:
@@ -360,7 +361,7 @@ def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple
     remain)."""
     # Keys of the fused threefry (`bec_jax.threefry.IMPL`): the same numbers as
     # threefry keys, drawn as fused arithmetic also inside a task's own code.
-    keys = threefry.fused(per_seed_keys(seed, sh.seeds))
+    keys = threefry.fused(per_seed_keys(seed, sh.seeds, sh.seed_offset))
     init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
     cols = [{n: v for n, v in g.items() if n != SEED_INDEX} for g in grids]
     run_keys = [stream_keys[g[SEED_INDEX]] for g in grids]

@@ -143,8 +143,9 @@ class ControlResult(GridResult):
     def best_index(self, stat: str = "length", where: np.ndarray | None = None) -> int:
         """The grid point with the best area under the curve (fewest steps per
         episode, or most return), among points all of whose runs finished every
-        episode without diverging; `where` (G,) bool restricts the choice (e.g.
-        to the points `select` finds)."""
+        episode without diverging (a point whose area is NaN, such as a
+        search's point stopped early, is never chosen); `where` (G,) bool
+        restricts the choice (e.g. to the points `select` finds)."""
         a = self.auc(stat)
         if where is not None:
             where = np.asarray(where, bool)

@@ -46,7 +46,11 @@ class ControlSpec(GridColumns):
         too when given here (or as a list at the top level); they follow the
         algorithm's, in that order.
       seeds: runs per grid point. seed: the base seed; seed i's stream is
-        fold_in(key(seed), i), whatever the number of seeds.
+        fold_in(key(seed), seed_offset + i), whatever the number of seeds.
+      seed_offset: the first stream's index (default 0): fresh seeds,
+        disjoint from another sweep's, for a confirmation run
+        (`bec_jax.run.confirm`). Left out of `to_dict` when 0, so the saved
+        spec (and the program) of every sweep without it is unchanged.
       episodes: episodes logged per run (the buffers' size). A run goes on until
         every run of its chunk has finished this many (or `max_steps`).
       epsilon, epsilon_decay, epsilon_min: epsilon-greedy behaviour; epsilon
@@ -86,6 +90,7 @@ class ControlSpec(GridColumns):
     dtype: str = "float32"
     divergence_bound: float = 1e6
     reward_shift: float = 0.0
+    seed_offset: int = 0
 
     def __post_init__(self):  # noqa: C901  (a validator: one check a field)
         if not isinstance(self.task, str):
@@ -121,6 +126,9 @@ class ControlSpec(GridColumns):
                 raise ValueError(f"{name}: must be an integer in [{lo}, 2**31 - 1], got {v!r}")
         if not is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT:
             raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
+        if not is_int(self.seed_offset) or not 0 <= self.seed_offset <= MAX_INT32 - self.seeds:
+            raise ValueError(f"seed_offset: must be an integer >= 0 with seed_offset + seeds <= 2**31 - 1, "
+                             f"got {self.seed_offset!r}")
         for name, lo, hi in (("epsilon", 0.0, 1.0), ("epsilon_decay", 0.0, 1.0), ("epsilon_min", 0.0, 1.0)):
             v = getattr(self, name)
             if not is_real(v) or not lo <= float(v) <= hi:
@@ -371,6 +379,8 @@ class ControlSpec(GridColumns):
         d = dataclasses.asdict(self)
         d["hyperparameters"] = {k: list(v) for k, v in self.hyperparameters.items() if k not in self.task_axes}
         d["task_axes"] = {k: list(v) for k, v in self.task_axes.items()}
+        if not self.seed_offset:  # the dicts saved before the field existed, and their programs' keys
+            del d["seed_offset"]
         d["kind"] = KIND
         return d
 

@@ -194,11 +194,16 @@ class SweepResult:
         (the gradient-TD literature's convention); ties go to the lowest index.
         If every point has a diverged seed: the lowest diverged fraction, then the
         lowest AUC over surviving seeds. `where` (G,) bool restricts the choice
-        (e.g. to one gamma of a gamma sweep)."""
+        (e.g. to one gamma of a gamma sweep). A point whose AUC is NaN (a
+        search's point stopped early, NaN after its last rung) is never chosen
+        while another is left."""
         cand = np.ones(self.num_points, bool) if where is None else np.asarray(where, bool)
         if not cand.any():
             raise ValueError("where: selects no grid point")
-        auc = np.where(cand, self.auc(metric), np.inf)
+        a = self.auc(metric)
+        if (cand & ~np.isnan(a)).any():  # np.argmin would return the first NaN
+            cand = cand & ~np.isnan(a)
+        auc = np.where(cand, a, np.inf)
         if np.isfinite(auc).any():
             return int(np.argmin(auc))  # argmin returns the first minimum
         raw = np.where(cand, np.nan_to_num(self.mean[self._m(metric)].mean(axis=1), nan=np.inf), np.inf)

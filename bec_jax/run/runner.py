@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import math
 import os
 import re
 import signal
@@ -36,7 +35,7 @@ import numpy as np
 
 from bec_jax import moved
 from bec_jax.engine import clock, memory, waits
-from bec_jax.files import LOG_LAYOUT, open_log, write_json
+from bec_jax.files import LOG_LAYOUT, open_log
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
 from bec_jax.run import kinds, rundir, watchdog
@@ -468,61 +467,9 @@ def _run_part(spec, out, store, part, chunk_size, devices, stop, progress) -> di
 
 # ------------------------------------------------------------------ confirmation on fresh seeds
 
-CONFIRM_DIR = "confirm"
-CONFIRM_FILE = "confirm.json"
-
-
-def confirm(result: SweepResult, out: str, seeds: int, metric: str | None = None, **sweep_kwargs) -> dict:
-    """Re-runs the best setting of `result` (lowest AUC) on `seeds` fresh seeds,
-    disjoint from the ones that chose it (the streams after them: `seed_offset`),
-    into `out/confirm/`, and writes `out/confirm.json`: the setting, and for the
-    selection run and the confirmation run the final error and the area under
-    the curve, each with its 95% Student-t interval over seeds. Choosing the best
-    of many settings on the same seeds that report its error flatters it; the
-    confirmation numbers do not have that bias (Patterson et al. 2024,
-    "Empirical design in reinforcement learning")."""
-    spec = result.spec
-    if spec is None:
-        raise rundir.RunError("confirm: the result's spec cannot be rebuilt here (its environment or algorithm "
-                       "does not import)")
-    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 2:
-        raise rundir.RunError(f"confirm_seeds: at least 2 seeds (for an interval), got {seeds!r}")
-    b = result.best_index(metric)
-    point = result.point(b)
-    fresh = spec.replace(points=[point], seeds=seeds, seed_offset=spec.seed_offset + spec.seeds)
-    again = kinds.of_spec(fresh).front.run(fresh, **sweep_kwargs)
-    if is_writer():
-        again.save(os.path.join(out, CONFIRM_DIR))
-
-    def stats(r: SweepResult, i: int) -> dict:
-        f_lo, f_hi = r.ci("final", metric)
-        a_lo, a_hi = r.ci("auc", metric)
-        m = r._m(metric)
-        return {"seeds": r.seeds, "seed_streams": [r.spec_dict.get("seed_offset", 0),
-                                                  r.spec_dict.get("seed_offset", 0) + r.seeds - 1],
-                "final": float(r.mean[m, i, -1]), "final_ci95": [float(f_lo[i]), float(f_hi[i])],
-                "auc": float(r.auc(metric)[i]), "auc_ci95": [float(a_lo[i]), float(a_hi[i])],
-                "diverged_fraction": float(r.diverged_fraction[i])}
-
-    report = {"metric": metric or result.metrics[0], "point": point, "selection": stats(result, b),
-              "confirmation": stats(again, 0)}
-    if is_writer():
-        write_json(os.path.join(out, CONFIRM_FILE), report)
-    return report
-
-
-def confirm_line(rep: dict, out: str) -> str:
-    """One line on a `confirm` report: the confirmation run's numbers next to the
-    selection run's, with their 95% intervals."""
-    s, c = rep["selection"], rep["confirmation"]
-
-    def fmt(d, k):
-        v, (lo, hi) = d[k], d[k + "_ci95"]
-        return "unbounded" if v is None or not math.isfinite(v) else f"{v:.4g} [{lo:.4g}, {hi:.4g}]"
-
-    return (f"confirmed on {c['seeds']} fresh seeds (streams {c['seed_streams'][0]}-{c['seed_streams'][1]}): "
-            f"final {rep['metric']} {fmt(c, 'final')} (selection run: {fmt(s, 'final')}), AUC {fmt(c, 'auc')} "
-            f"(selection: {fmt(s, 'auc')}); 95% intervals; wrote {out}/confirm.json, {out}/confirm/")
+# Every kind's is `run.confirm`'s (which imports this module): `runner.confirm`
+# and the others of 0.3 are found there.
+_CONFIRM_NAMES = ("CONFIRM_DIR", "CONFIRM_FILE", "confirm", "confirm_line")
 
 
 # The run directory's names, which this module re-exported in 0.3 (the docs
@@ -532,8 +479,12 @@ _RUNDIR_NAMES = ("CHECKPOINT_FILE", "CHUNKS_DIR", "MANIFEST_FILE", "STREAMED_KEY
 
 
 def __getattr__(name: str):
-    """`runner.ChunkStore` and the run directory's other names: `rundir`'s, warning once."""
+    """`runner.ChunkStore` and the run directory's other names: `rundir`'s, warning once;
+    `runner.confirm` and the confirmation's other names: `run.confirm`'s."""
     if name in _RUNDIR_NAMES:
         moved.warn(f"bec_jax.run.runner.{name}", f"bec_jax.run.rundir.{name}")
         return getattr(rundir, name)
+    if name in _CONFIRM_NAMES:
+        from bec_jax.run import confirm
+        return getattr(confirm, name)
     raise AttributeError(f"module 'bec_jax.run.runner' has no attribute {name!r}")

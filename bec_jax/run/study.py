@@ -56,7 +56,7 @@ import jax
 
 from bec_jax.files import CURVES_FILE, META_FILE, STUDY_FILE, import_pandas, write_json
 from bec_jax.prediction.spec import read_toml
-from bec_jax.run import kinds, rundir, runner
+from bec_jax.run import confirm, kinds, rundir, runner
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
@@ -209,10 +209,10 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     {name: result}. An interruption (`runner.Interrupted`) leaves `study.json`
     and the finished sweeps in place for `resume=True`.
 
-    `confirm_seeds` re-runs each sweep's best setting on fresh seeds
-    (`runner.confirm`); it takes sweeps that have fresh seed streams to draw
-    (a `seed_offset`: prediction sweeps), and is refused before any work
-    otherwise.
+    `confirm_seeds` re-runs each sweep's best setting (so the best of each
+    algorithm) on that many fresh seeds (`run.confirm`), of any kind of
+    sweep; seeds past the last stream are refused before any work
+    (`check_confirmable`).
 
     `part=(K, N)` (or "K/N") computes only the K-th of N disjoint parts of every
     sweep's chunks into `out`, which N independent processes share (see
@@ -238,7 +238,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     # jax.distributed run decides alike while process 0 writes.
     finished = {n: resume and _finished(os.path.join(out, n), s) for n, s in study.sweeps}
     partial = {n: resume and rundir.ChunkStore(os.path.join(out, n)).exists() for n, _ in study.sweeps}
-    confirmed = {n: os.path.isfile(os.path.join(out, n, runner.CONFIRM_FILE)) for n in study.names}
+    confirmed = {n: os.path.isfile(os.path.join(out, n, confirm.CONFIRM_FILE)) for n in study.names}
     together = _together(study, finished, partial, run_kwargs)
     computed: dict = {}
     results = {}
@@ -249,7 +249,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
             results[name] = kinds.load_result(path)
             log(f"{name}: finished earlier, not run again")
             if confirm_seeds and not confirmed[name]:
-                log(f"  {runner.confirm_line(runner.confirm(results[name], path, confirm_seeds), path)}")
+                confirm.report(results[name], path, confirm_seeds, lambda line: log(f"  {line}"))
             continue
         # A signal during the previous sweep stops the study, once every sweep
         # computed already (together with it) is written.
@@ -260,7 +260,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
         r = _compute(study, name, path, together, computed, writer, partial[name], stop, run_kwargs)
         log(_ran_line(name, spec, r.meta, together))
         if confirm_seeds:
-            log(f"  {runner.confirm_line(runner.confirm(r, path, confirm_seeds), path)}")
+            confirm.report(r, path, confirm_seeds, lambda line: log(f"  {line}"))
         status[name] = "done"
         record()
         results[name] = r
@@ -293,7 +293,7 @@ def _resolve(study: Study | None, out: str, old: Study | None, resume: bool, con
             raise rundir.RunError(f"resume: {out!r} holds no study (no study.json); give the study file")
         study = old
     if confirm_seeds:
-        _check_confirmable(study)
+        check_confirmable(study, confirm_seeds)
     if resume:
         if old is not None and old.to_dict() != study.to_dict():
             raise rundir.RunError(f"study: differs from the study in {out!r}; resume with the same file or "
@@ -322,13 +322,14 @@ def _describe(spec) -> str:
             f"{length}")
 
 
-def _check_confirmable(study: Study) -> None:
-    """Refuses `confirm_seeds` for a study with a sweep that has no fresh seed
-    streams to draw (no `seed_offset` field: a control sweep), naming it."""
+def check_confirmable(study: Study, seeds) -> None:
+    """Refuses `confirm_seeds` before any work where a sweep cannot take that
+    many fresh seeds (`confirm.check`), in one line naming the sweep."""
     for name, spec in study.sweeps:
-        if "seed_offset" not in spec.to_dict():
-            raise rundir.RunError(f"confirm_seeds: sweep {name!r} has no fresh seed streams to confirm on (a "
-                                  "control sweep has no seed_offset); run the study without --confirm-seeds")
+        try:
+            confirm.check(spec, seeds)
+        except ValueError as e:
+            raise rundir.RunError(f"confirm_seeds: sweep {name!r}: {str(e).removeprefix('confirm_seeds: ')}") from None
 
 
 def _together(study: Study, finished: dict, partial: dict, run_kwargs: dict) -> dict[str, list[str]]:
