@@ -415,6 +415,12 @@ def cmd_plot(args) -> int:
 def cmd_compare(args) -> int:
     from bec_jax.prediction import plotting
     from bec_jax.run import figures
+    if args.sensitivity:  # every check before anything is read or written: `sensitivity.command`
+        from bec_jax.run import sensitivity
+        refused = [f for f in ("stat", "profile", "labels", "select") if getattr(args, f)]
+        return sensitivity.command(args.dirs, args.out, args.metric, args.reps, args.seed, args.title or "", refused)
+    if not args.out:
+        raise UsageError("out: required: the figure's file (--out FIG.png)")
     cli_robust.check(args)
     results, _ = _open_results(args.dirs)
     if args.labels:

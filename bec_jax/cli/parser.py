@@ -254,12 +254,18 @@ def _add_compare(sub, command) -> None:
     """The `bec-jax compare` subcommand and its options."""
     cp = sub.add_parser("compare", help="the best curves of several runs on one figure", allow_abbrev=False)
     cp.add_argument("dirs", nargs="+", help="run directories and/or study directories")
-    cp.add_argument("--out", required=True, help="the figure's file (.png or .pdf)")
+    cp.add_argument("--out", help="the figure's file (.png or .pdf); with --sensitivity a directory (default "
+                                  "STUDY/sensitivity)")
     cp.add_argument("--metric", help=METRIC_HELP)
     cp.add_argument("--labels", help="comma-separated legend labels, one per run")
     cp.add_argument("--select", metavar="NAME=VALUE,...")
     cp.add_argument("--title")
     cli_robust.add_options(cp, profile=True)
+    cp.add_argument("--sensitivity", action="store_true",
+                    help="of one study's sweeps on several tasks: each algorithm's hyperparameter sensitivity Phi "
+                         "and effective dimensionality (Adkins et al. 2024), its CHS setting and score (Patterson "
+                         "et al. 2024) and sensitivity curves, with bootstrap intervals over seeds (--reps, --seed); "
+                         "writes sensitivity.md, .csv and .png into --out")
     cp.set_defaults(func=command)
 
 
