@@ -100,3 +100,30 @@ def test_bad_searches_one_line_naming_the_field(changes, field):
     with pytest.raises(ValueError, match=rf"^{field}: ") as e:
         ContinuingSpec(**{**BASE, **changes})
     assert "\n" not in str(e.value)
+
+
+def test_command_line_search_its_line_and_refusals(both, tmp_path, capsys):
+    """`bec-jax continuing ... --search halving` runs the search (the program
+    of `both`), prints its rungs and spent run-steps, and refuses what a search
+    cannot do in one line, writing nothing."""
+    from bec_jax.cli.commands import main
+
+    full, found = both
+    args = ["continuing", "--task", "access_control", "--algorithm", "q_vrc", "--alpha", "0.03125,0.125,0.5",
+            "--eta", "0.015625,0.25,1", "--gamma", "0.9,1", "--offset", "0,8", "--seeds", "3", "--steps", "2000"]
+    out = tmp_path / "s"
+    assert main(args + ["--search", "halving", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    m = found.meta["search"]
+    assert (f"3 rungs ending at steps 220, 660, 2,000 with 36 -> 12 -> 4 points; {m['search_run_steps']:,} run-steps, "
+            f"{m['search_run_steps'] / m['full_run_steps']:.3f}x the full grid's 216,000") in text
+    back = ContinuingResult.load(str(out))
+    np.testing.assert_array_equal(back.reward, found.reward)
+    for extra, field in ((["--halving-rate", "3"], "halving_rate"), (["--search", "halving", "--halving-rate", "1"],
+                         "halving_rate"), (["--search", "halving", "--chunks", "1/2"], "chunks"),
+                         (["--search", "halving", "--rungs", "50"], "rungs")):
+        bad = tmp_path / "bad"
+        assert main(args + extra + ["--out", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"bec-jax: error: {field}: ") and "\n" not in err, err
+        assert not bad.exists()

@@ -369,4 +369,21 @@ def continuing_spec_from_args(args):
         kw[field] = v
     return ContinuingSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper,
                           task_params=_continuing_task_params(args.task_param),
-                          learner_params=_continuing_task_params(args.learner_param, "learner_params"), **kw)
+                          learner_params=_continuing_task_params(args.learner_param, "learner_params"),
+                          search=search_of(args), **kw)
+
+
+SEARCH_OPTIONS = {"halving_rate": "rate", "rungs": "rungs", "min_steps": "min_steps"}
+
+
+def search_of(args) -> dict | None:
+    """The spec's `search` from `--search halving [--halving-rate ETA]
+    [--rungs R] [--min-steps S]` (None without --search); `UsageError` for a
+    search option without --search."""
+    given = {field: getattr(args, dest) for dest, field in SEARCH_OPTIONS.items() if getattr(args, dest, None) is not None}
+    if getattr(args, "search", None) is None:
+        if given:
+            dest = next(d for d, f in SEARCH_OPTIONS.items() if f in given)
+            raise UsageError(f"{dest}: goes with --search halving")
+        return None
+    return {"method": args.search, **given}

@@ -158,6 +158,9 @@ def submit(args, spec, command: str) -> int:
     study for `study`) and `--out`, submits its parts and assembling job
     (`run.slurm.submit`), and says how to follow them. Returns 0."""
     _check_args(args)
+    if getattr(spec, "search", None) is not None:
+        raise rundir.RunError("submit: a search runs every grid point in one compiled call, not in parts; run it "
+                              "as one job (sbatch --wrap 'bec-jax continuing ... --search halving')")
     jobs.check_can_submit()
     if getattr(args, "confirm_seeds", None):  # the assembling job's confirmation, refused before any submission
         from bec_jax.run import confirm, study

@@ -291,19 +291,6 @@ def cmd_control(args) -> int:
     return 0
 
 
-def continuing_summary(result) -> str:
-    """`bec-jax continuing`'s line on a `ContinuingResult`: the best setting by
-    the reward rate over the whole run, its reward rate over the last 10% with
-    the 95% interval over seeds, and a tabular task's optimal gain."""
-    from bec_jax.control.continuing.plotting import setting
-    b = result.best_index("all")
-    mean, low, high = (float(x[b]) for x in result.rate_interval("last10"))
-    gain = result.optimal_gain
-    return (f"best by reward rate over the whole run: {setting(result, b)}  reward rate over the last 10%: "
-            f"{mean:.4g} [{low:.4g}, {high:.4g}] (95% CI)"
-            + (f"; optimal gain {gain:.4g}" if gain is not None else ""))
-
-
 def cmd_continuing(args) -> int:
     """`bec-jax continuing`: one continuing control sweep into --out, and its summary."""
     spec = _spec_or_resume(args, bool(args.task or args.algorithm or args.hyper), continuing_spec_from_args)
@@ -315,7 +302,8 @@ def cmd_continuing(args) -> int:
     print(f"{result.task} / {result.algorithm}: {result.num_points} grid points x {result.seeds} seeds x "
           f"{result.blocks * result.block_steps} steps{on_device(m)} in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s "
           f"compile{_timing_note(m)}){speed}")
-    print(continuing_summary(result))
+    from bec_jax.control.continuing.plotting import search_line, summary_line
+    print("\n".join(x for x in (search_line(result), summary_line(result)) if x))
     print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
     run_confirm.report(result, args.out, args.confirm_seeds)
     return 0

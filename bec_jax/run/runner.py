@@ -288,6 +288,14 @@ def _what_to_run(spec, out: str, overwrite: bool, resume: bool, part) -> tuple:
         if not resume:
             raise rundir.RunError("spec: required unless resuming")
         spec = resume_spec(out)
+    if getattr(spec, "search", None) is not None:  # a search ranks every point in one call
+        import jax
+        if part is not None:
+            raise rundir.RunError("chunks: a search runs every grid point in one compiled call; run it whole, "
+                                  "without --chunks")
+        if jax.process_count() > 1:
+            raise rundir.RunError("distributed: a search runs every grid point in one call on one device; run it "
+                                  "in one process, without --distributed")
     return spec, part
 
 

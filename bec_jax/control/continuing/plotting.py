@@ -108,6 +108,29 @@ def rungs(ax, r, title: str = "") -> None:
     ax.legend(fontsize=6)
 
 
+def summary_line(r) -> str:
+    """`bec-jax continuing`'s line on a result: the best setting by the reward
+    rate over the whole run, its reward rate over the last 10% with the 95%
+    interval over seeds, and a tabular task's optimal gain."""
+    b = r.best_index("all")
+    mean, low, high = (float(x[b]) for x in r.rate_interval("last10"))
+    gain = r.optimal_gain
+    return (f"best by reward rate over the whole run: {setting(r, b)}  reward rate over the last 10%: "
+            f"{mean:.4g} [{low:.4g}, {high:.4g}] (95% CI)" + (f"; optimal gain {gain:.4g}" if gain is not None else ""))
+
+
+def search_line(r) -> str:
+    """A search's line (`engine.search`; "" for a full sweep): its rungs, the
+    points each ran and the run-steps it spent against the full grid's."""
+    s = r.meta.get("search")
+    if r.stopped_rung is None or not s:
+        return ""
+    spent, full = s["search_run_steps"], s["full_run_steps"]
+    return (f"successive halving at rate {s['rate']:g}: {len(s['rung_points'])} rungs ending at steps "
+            f"{', '.join(f'{x:,}' for x in s['rung_steps'])} with {' -> '.join(map(str, s['rung_points']))} points; "
+            f"{spent:,} run-steps, {spent / full:.3f}x the full grid's {full:,}")
+
+
 def series_column(r) -> str | None:
     """The column a sensitivity figure draws one line per value of: eta where
     it varies, else gamma, else the first other varying column, else None."""
