@@ -10,6 +10,7 @@ import inspect
 import re
 
 from bec_jax import algorithms
+from bec_jax.cli.prune import pruned_spec
 from bec_jax.control import algorithms as control_algorithms
 from bec_jax.control.continuing import learners as continuing_learners
 from bec_jax.control.continuing.spec import LOOP_AXES as CONTINUING_LOOP_AXES
@@ -244,6 +245,8 @@ def spec_from_args(args):
     Options left out take the spec's defaults. With --config, the spec comes from
     the file alone: a spec option also given on the command line is refused (not
     silently ignored). A file's `out = "DIR"` is used unless --out is given.
+    With --prune theory, the grid less the points the exact analysis says
+    diverge (`cli.prune.pruned_spec`).
     """
     given = given_options(args)
     if args.config:
@@ -251,7 +254,7 @@ def spec_from_args(args):
             d = given[0]
             raise UsageError(f"{FIELD_OF_DEST.get(d, d)}: given both on the command line and by --config "
                              f"{args.config!r}; put it in the config file")
-        return SweepSpec.from_dict(config_table(args))
+        return pruned_spec(args, SweepSpec.from_dict(config_table(args)))
     missing = [n for n in ("env", "algorithm") if getattr(args, n) is None]
     if missing:
         raise UsageError(f"{missing[0]}: required (or give --config FILE.toml)")
@@ -266,8 +269,8 @@ def spec_from_args(args):
                                         "divergence_bound") if getattr(args, d) is not None}
     if args.metrics is not None:
         kw["metrics"] = tuple(args.metrics)
-    return SweepSpec(env=args.env, algorithm=args.algorithm, hyperparameters=hyper,
-                     env_params=env_params or None, schedule=sched, **kw)
+    return pruned_spec(args, SweepSpec(env=args.env, algorithm=args.algorithm, hyperparameters=hyper,
+                                       env_params=env_params or None, schedule=sched, **kw))
 
 
 CONTROL_FIELDS = ("task", "algorithm", "episodes", "seeds", "epsilon", "epsilon_decay", "epsilon_min",

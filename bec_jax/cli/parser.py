@@ -8,6 +8,7 @@ from bec_jax import algorithms, envs, schedules
 from bec_jax.cli import catalog
 from bec_jax.cli import cluster as cli_cluster
 from bec_jax.cli import export as cli_export
+from bec_jax.cli import prune as cli_prune
 from bec_jax.cli import robust as cli_robust
 from bec_jax.cli.args import (
     Parser,
@@ -123,9 +124,13 @@ def _add_run(sub, command) -> None:
                    help="compute only the K-th of N disjoint parts of the chunks into --out (for N processes, "
                         "e.g. a job array); then `bec-jax run --out DIR --resume` assembles the result")
     r.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N", help=CONFIRM_HELP)
+    r.add_argument("--prune", type=cli_prune.method_arg, metavar="theory",
+                   help="skip the grid points that the exact mean-square analysis says diverge, beyond a margin "
+                        "(mean-square radius >= 5, its divergence shown within --steps); lists them and writes "
+                        "DIR/pruned.json; the result holds the points that ran")
     r.add_argument("--distributed", metavar="auto|HOST:PORT,N,ID", help=DISTRIBUTED_HELP)
     r.add_argument("--stall-timeout", type=stall_timeout_arg, metavar="SECONDS", help=STALL_HELP)
-    r.set_defaults(func=command)
+    r.set_defaults(func=cli_prune.recording(command))  # --prune theory: DIR/pruned.json once DIR holds the run
 
 
 def _add_control(sub, command) -> None:
