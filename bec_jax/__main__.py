@@ -14,10 +14,25 @@ def main(argv=None) -> int:
         print(version_text())
         return 0
     from bec_jax.cli.commands import main as cli_main
-    rc = cli_main(argv)
+    try:
+        rc = cli_main(argv)
+    except BrokenPipeError:  # the reader of its output left (`bec-jax list | head`): quiet, as a shell tool
+        _drop_stdout()
+        rc = 141  # 128 + SIGPIPE, what a shell reports for a writer whose pipe closed
     if argv is None and "jax" in sys.modules:
         _exit_now(rc)
     return rc
+
+
+def _drop_stdout() -> None:
+    """Points stdout at /dev/null, so that the interpreter's last flush of a
+    closed pipe raises nothing (the Python documentation's advice on SIGPIPE)."""
+    import os
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _exit_now(rc) -> None:

@@ -132,3 +132,20 @@ def test_help_lists_the_registries(capsys):
     assert "boyan_chain (default)" in run_help and "ctd (default)" in run_help
     assert "acrobot, cliff_walking, help_task_test, maze, mountain_car or package.module:function" in control_help
     assert "rcq_value, help_alg_test or package.module:attribute" in control_help
+
+
+def test_a_closed_pipe_ends_the_command_quietly():
+    """`bec-jax list | head -1`: a reader that leaves before the output ends
+    gets no traceback on stderr; the exit status is a shell's for SIGPIPE."""
+    import os
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)  # the reader has gone: every write raises BrokenPipeError
+    try:
+        p = subprocess.run([sys.executable, "-m", "bec_jax", "list", "continuing-tasks"], stdout=w,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert p.returncode == 141 and "Traceback" not in p.stderr, p.stderr
