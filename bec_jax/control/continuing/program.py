@@ -311,9 +311,7 @@ def runs(spec: ContinuingSpec, seed, grid: dict, task=None, platform: str = "cpu
         # search runs, so that a search's survivors keep the bits of the full grid's runs (XLA:CPU may round
         # a network's reductions over its batch otherwise in another loop structure).
         from bec_jax.engine import search
-        start, advance, finish = stages(spec, task)
-        st = search.Stages(start=start, advance=advance, finish=finish, score=score(spec),
-                           batch=batch_runs(G * N, deep_batch(spec, platform)), unit=spec.search_unit())
+        st = search_stages(spec, task, batch_runs(G * N, deep_batch(spec, platform)))
         out = search.halving(st, xs, G, N, spec.num_blocks, search.Schedule(ends=(spec.num_blocks,), points=(G,)))
         return {k: v for k, v in out.items() if k not in ("stopped_rung", "rung_scores")}
     run = make_run(spec, task)
@@ -341,6 +339,16 @@ def score(spec: ContinuingSpec):
     return fn
 
 
+def search_stages(spec: ContinuingSpec, task, batch: int):
+    """This front's `engine.search.Stages`: its runs' stages (`stages`), its
+    score (`score`), `batch` runs at a time, in the spec's `search_unit`s."""
+    from bec_jax.engine import search
+
+    start, advance, finish = stages(spec, task)
+    return search.Stages(start=start, advance=advance, finish=finish, score=score(spec), batch=batch,
+                         unit=spec.search_unit())
+
+
 def searched(spec: ContinuingSpec, seed, grid: dict, task=None, platform: str = "cpu") -> dict:
     """The spec's search over the grid points of `grid` (every point of the
     grid, in one call): `engine.search.halving` on this front's stages and
@@ -350,24 +358,22 @@ def searched(spec: ContinuingSpec, seed, grid: dict, task=None, platform: str = 
 
     N = spec.seeds
     G, xs = lanes(spec, seed, grid)
-    start, advance, finish = stages(spec, task)
     batch = batch_runs(G * N, deep_batch(spec, platform))
     sched = spec.search_schedule()
     if not deep.is_deep(spec.algorithm_def):
         # A linear run's bits do not depend on its batch (tests/test_continuing_sweep.py): a batch of the
-        # last rung's runs, so that later rungs cost what they run. A network learner's reductions over
-        # its batch rows may round by the vmapped batch's size: the whole-run program's batch.
+        # last rung's runs, so that later rungs cost what they run. A network learner's runs keep the
+        # whole-run program's batch (`runs`: a one-rung search of it), whose bits its survivors keep.
         batch = min(batch, sched.points[-1] * N)
-    st = search.Stages(start=start, advance=advance, finish=finish, score=score(spec), batch=batch,
-                       unit=spec.search_unit())
-    return search.halving(st, xs, G, N, spec.num_blocks, sched)
+    return search.halving(search_stages(spec, task, batch), xs, G, N, spec.num_blocks, sched)
 
 
 def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None) -> Program:
     """The program (`engine.programs.Program`) for chunks of `chunk` grid
     points: `fn(seed, grid)` with `grid` from `grid_inputs`, returning
-    {output: (chunk, N, ...)} (`runs`); on several devices the chunk's points
-    are split among them (`engine.programs.jit_over_grid`)."""
+    {output: (chunk, N, ...)} (`runs`, or a search's `searched`); on several
+    devices the chunk's points are split among them
+    (`engine.programs.jit_over_grid`)."""
     task = spec.make_task()
     mesh = grid_mesh(devices, chunk)
     platform = (list(devices) if devices is not None else jax.devices())[0].platform
@@ -379,5 +385,5 @@ def make_program(spec: ContinuingSpec, group=None, chunk: int = 1, devices=None)
 
 
 __all__ = ["BATCH_RUNS", "CPU_LANE_ROWS", "CPU_SOLO_ROWS", "DEEP_BATCH_RUNS", "OUTPUTS", "RATE_FIELDS", "batch_runs", "deep_batch", "epsilon_greedy",
-           "deep_stages", "grid_inputs", "initial_weights", "lanes", "score", "searched", "linear_stages", "make_program", "make_run", "rate_field", "runs",
+           "deep_stages", "grid_inputs", "initial_weights", "lanes", "score", "search_stages", "searched", "linear_stages", "make_program", "make_run", "rate_field", "runs",
            "stages"]
