@@ -240,14 +240,33 @@ def test_divergence_is_marked_per_run(ran):
     assert rows[1]["max_abs_w"] is None and rows[0]["max_abs_w"] == pytest.approx(float(ran.max_abs_w[0].max()))
 
 
-def test_a_run_does_not_depend_on_its_grid_or_chunk(ran):
+@pytest.fixture(scope="module")
+def other():
+    return sweep.run(deep_spec(alphas=[0.05, 0.01, 1e37, 0.003]), chunk_size=2)
+
+
+def test_a_run_does_not_depend_on_its_grid_or_chunk(ran, other):
     """The same point in another grid, at another place of another chunk, gives
     the same bits: its keys and batches come from its seed alone. (Both grids
     run in chunks of 2 points: one compiled program.)"""
-    other = sweep.run(deep_spec(alphas=[0.05, 0.01, 1e37, 0.003]), chunk_size=2)
     assert other.meta["compiled_programs"] == 0 or other.meta["compiled_programs"] == ran.meta["compiled_programs"]
     for k in ("reward", "rate_estimate", "max_abs_w"):
         np.testing.assert_array_equal(getattr(other, k)[1:3], getattr(ran, k))
+
+
+def test_a_search_keeps_the_full_grids_bits(other):
+    """Successive halving on the network learner (rate 2: 4 -> 2 -> 1 points):
+    every point's curves up to the rung where it stopped are the full grid's,
+    bit for bit (its full runs are a one-rung search, `program.runs`); the
+    blown-up point (alpha 1e37) is out at the first rung."""
+    found = sweep.run(deep_spec(alphas=[0.05, 0.01, 1e37, 0.003]).replace(search={"rate": 2}))
+    sched = found.spec.search_schedule()
+    assert sched.points == (4, 2) and found.stopped_rung[2] == 0
+    for i in range(4):
+        e = sched.ends[found.stopped_rung[i]]
+        for k in ("reward", "rate_estimate", "max_abs_w"):
+            np.testing.assert_array_equal(getattr(found, k)[i, :, :e], getattr(other, k)[i, :, :e])
+            assert np.isnan(getattr(found, k)[i, :, e:]).all()
 
 
 def test_rbar_tracks_the_reward_rate_with_the_offset(ran):
