@@ -187,10 +187,25 @@ def _package_of(name: str, files: dict) -> str:
     return name if files[name].endswith("__init__.py") else name.rpartition(".")[0]
 
 
+_TREES: dict[str, ast.Module] = {}
+
+
+def parse(path: str) -> tuple[str, ast.Module]:
+    """(source, syntax tree) of the file at `path`. A tree is parsed once per
+    source text: the checks run many times over the library and its copies,
+    whose untouched files are the library's own, and they only read the trees."""
+    with open(path) as f:
+        src = f.read()
+    tree = _TREES.get(src)
+    if tree is None:
+        tree = _TREES[src] = ast.parse(src, path)
+    return src, tree
+
+
 def imports_of(name: str, files: dict) -> list[tuple[str, str, int]]:
     """(imported module, name taken from it or "", line) for every import of a
     library module in module `name`, wherever it stands (functions included)."""
-    tree = ast.parse(open(files[name]).read(), files[name])
+    _, tree = parse(files[name])
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -245,7 +260,7 @@ def private_imports(files: dict) -> list[str]:
         for target, attr, line in imports_of(m, files):
             if _private(attr) and target != m:
                 out.append(f"{m}:{line} imports {target}.{attr}")
-        tree = ast.parse(open(path).read(), path)
+        _, tree = parse(path)
         aliases = _module_aliases(tree, m, files)
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
@@ -333,8 +348,7 @@ def facades(files: dict) -> list[str]:
     names they import: through `__all__`, or an import kept by `# noqa: F401`."""
     out = []
     for m, path in files.items():
-        src = open(path).read()
-        tree = ast.parse(src, path)
+        src, tree = parse(path)
         imported = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
@@ -361,10 +375,10 @@ def oversized(lib: str = LIB) -> list[str]:
     for m, path in module_files(lib, EXPERIMENTS).items():
         if not path.startswith(lib):
             continue
-        src = open(path).read()
+        src, tree = parse(path)
         if src.count("\n") > MAX_MODULE_LINES:
             out.append(f"{m}: {src.count(chr(10))} lines")
-        out += [f"{m}.{n.name}: {n.end_lineno - n.lineno + 1} lines" for n in ast.walk(ast.parse(src))
+        out += [f"{m}.{n.name}: {n.end_lineno - n.lineno + 1} lines" for n in ast.walk(tree)
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                 and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES]
     return out
