@@ -126,9 +126,12 @@ IDENTITY = {
 IDENTITY_QUICK = {"seeds": 3, "steps": 2_000}
 
 
+OTHER_TITLES = {"puckworld": "PuckWorld"}  # the deep form's tasks not in `ALL`
+
+
 def title(task: str) -> str:
     """A task's name in figures and reports."""
-    return ALL[task]["title"] if task in ALL else task.replace("_", " ").title()
+    return ALL[task]["title"] if task in ALL else OTHER_TITLES.get(task, task.replace("_", " ").title())
 
 
 def roles(by: dict) -> tuple[str, tuple]:

@@ -217,11 +217,11 @@ def _projection_section(rows: list[dict], rate: float) -> list[str]:
          f"this run's sweeps reached on this machine ({rate / 1e9:.1f} GFLOP/s), on {GPU_NAME}, and per part of "
          f"a {SLURM_PARTS}-part Slurm array of machines like this one (`--submit slurm --parts {SLURM_PARTS}`). "
          "A projection, not a measurement: the full grids were not run here.\n",
-         "| task | learner | points | runs | run-steps | PFLOP | this machine (h) | one GPU (h) | "
+         "| task | learner | points | runs | run-steps | PFLOP | this machine (h) | one GPU (min) | "
          f"Slurm, {SLURM_PARTS} parts (h each) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s.append(f"| {rc.title(r['task'])} | {r['learner']} | {r['points']:,} | {r['runs']:,} | {r['run_steps']:.3g} "
-                 f"| {r['flops'] / 1e15:.2f} | {r['cpu_hours']:,.0f} | {r['gpu_hours']:.1f} | "
+                 f"| {r['flops'] / 1e15:.2f} | {r['cpu_hours']:,.0f} | {60 * r['gpu_hours']:.1f} | "
                  f"{r['slurm_part_hours']:,.1f} |")
     s.append("\nThe commands (each a `bec-jax continuing` sweep; add `--submit slurm --parts N` for an array):\n")
     s.append("```")

@@ -61,7 +61,7 @@ def test_report_gives_a_verdict_for_each_claim_and_the_projection(quick):
     rep = (out / "report.md").read_text()
     assert "**Quick run**" in rep
     for claim in ("(i)", "(ii)"):
-        for title in ("Catch", "Pendulum", "Puckworld"):
+        for title in ("Catch", "Pendulum", "PuckWorld"):
             assert f"**Verdict {claim}, {title}" in rep
     for name in FIGURES:
         assert f"({name}.png)" in rep
