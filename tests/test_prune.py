@@ -224,3 +224,14 @@ def test_bad_input_is_one_line_and_writes_nothing(extra, says, tmp_path, monkeyp
     assert cap.err.startswith("bec-jax: error: " + says), cap.err
     assert len(cap.err.splitlines()) == 1 and "Traceback" not in cap.err and cap.out == ""
     assert not out.exists()
+
+
+def test_the_margin_measurement_runs(capsys):
+    """benchmarks/prune_margin.py, whose full run gave the margin's numbers, at
+    its quick size: the 2-state TD at alpha = 1 and 1.25 is past the boundary
+    (radius 1.58 and 1.77) and its runs converge; at alpha = 4 they grow."""
+    from benchmarks import prune_margin
+    prune_margin.main(["--quick"])
+    out = capsys.readouterr().out
+    assert "markov: 4 points past the boundary; the largest radius whose runs converge: 1.77" in out
+    assert "radius >= 5: 1 points, least lambda / RMS rate 0.8" in out  # alpha = 4 (radius 5.28) grows

@@ -17,29 +17,32 @@ moment while the typical run converges. No moment bounds lambda from below
 (a product that hits a zero matrix converges in finite time whatever its
 moments), so rho > 1 alone does not say that a run diverges.
 
-Measured (lambda estimated from 2,000-6,000-step products of the exact
-Gamma(Y) in float64, for TD, CTD, TDC, CTDC, GTD2, TDRC, SRC and VRC on the
-2-state example, Baird's, Kolter's, a random MDP, Boyan's chain and the
-random walk: 1,261 points with rho > 1 under Markov or i.i.d. sampling):
+Measured by benchmarks/prune_margin.py (lambda estimated from 3,000-step
+products of the exact Gamma(Y) in float64, the neutral directions factored out,
+for TD, CTD, TDC, CTDC, GTD2, TDRC, SRC and VRC on the 2-state example,
+Baird's, Kolter's, a random MDP, Boyan's chain and the random walk, alpha from
+1/256 to 4: 4,410 points with rho > 1 under Markov or i.i.d. sampling; about
+25 minutes on one core):
 
-* TD on the 2-state example (its behaviour policy's rho = 0 half the time
-  and 2 the other half) has a mean and a second moment that both diverge at
-  every alpha, yet from alpha = 0.75 to 1.55 every run converges (at alpha =
-  1.25 one sampled Gamma is 0: lambda = -8.4). There rho reaches 2.0 under
-  Markov sampling and 3.54 under i.i.d. sampling; lambda crosses 0 at alpha
-  = 1.6, rho 3.69 (i.i.d.). A sweep would find such a point good: pruning it
-  would change the sweep's answer.
-* Between rho = 2 and 4 some points grow at a few percent of the RMS rate
-  (Kolter's TDC at rho 2.0-2.8: 0.03-0.09 of it).
-* From rho = 4 on, all 761 points grew run by run at >= 0.125 of the RMS rate
-  (the least: Baird's CTD at beta = 1 under i.i.d. sampling).
+* TD (and SRC) on the 2-state example (its behaviour policy's rho is 0 half
+  the time and 2 the other half) has a mean and a second moment that both
+  diverge at every alpha, yet from alpha = 0.75 to 1.5 every run converges
+  (at alpha = 1.25 one sampled Gamma is 0: every run reaches the fixpoint).
+  There rho reaches 1.98 under Markov sampling and 3.4 under i.i.d.
+  sampling; on a finer grid lambda crosses 0 at alpha = 1.6, rho 3.69
+  (i.i.d.). A sweep would find such a point good (at alpha = 1.25 it is the
+  best of tests/test_prune.py's grid): pruning it would change the answer.
+* Between rho = 2 and 3, some points grow at a few percent of the RMS rate
+  (Kolter's TDC and CTDC at rho 2.0-2.8: 0.03-0.09 of it).
+* From rho = 4 on, all 2,341 points grew run by run at >= 0.123 of the RMS
+  rate (the least: Baird's CTD at beta = 1 under i.i.d. sampling).
 
 So a point is pruned when both hold (`diverges`):
 
 * rho >= MIN_RADIUS = 5, above the largest converging case measured (3.69)
-  and past 4, from where every point measured grew at >= 0.125 of its rate;
+  and past 4, from where every point measured grew at >= 0.123 of its rate;
 * its runs, counted as growing at SAMPLE_RATE_RATIO = 0.05 of the RMS rate
-  (0.4 of the least fraction measured), pass the sweep's divergence bound
+  (about 0.4 of the least fraction measured), pass the sweep's divergence bound
   within its steps from a size of 1: 0.05 * log(rho) / 2 * steps >=
   log(divergence_bound) (at least 344 steps at rho = 5 and the default bound
   1e6). A point that diverges too slowly to show within the run is run: its
