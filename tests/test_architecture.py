@@ -142,7 +142,7 @@ EXPERIMENTS = os.path.join(os.path.dirname(LIB), "experiments")  # installed as 
 # in the house when you add it.
 LAYERS = [
     ("command line", ["bec_jax.cli*", "bec_jax.__main__", "bec_jax.experiments*"]),
-    ("studies", ["bec_jax.run.study", "bec_jax.run.slurm"]),
+    ("studies", ["bec_jax.run.study", "bec_jax.run.slurm", "bec_jax.run.sensitivity"]),
     ("runner", ["bec_jax.run.runner", "bec_jax.run.rundir"]),
     ("kinds", ["bec_jax.run*"]),
     ("fronts", ["bec_jax.prediction.sweep", "bec_jax.control.sweep", "bec_jax.prediction.plotting",
