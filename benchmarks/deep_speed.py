@@ -11,16 +11,18 @@ matmul roofline, and projections of their full grid.
   2. The update step alone (`continuing.deep.update`, jitted), on a full ring
      of Catch's board with their settings (layers [50, 128, 3], a buffer of
      10,000, Adam, `batch = full` as their code runs, and `batch = 64`): its
-     products' FLOPs (`deep.update_flops`: the target's pass, the network's
-     pass and its backward pass over the rows) per second, and that as a
-     fraction of the peak. Goal: at least half on the CPU (full batch).
+     products' FLOPs (`deep.update_flops`: the network's pass and its
+     backward pass over the rows, the target's over the ring at a sync and
+     over the new observations between them) per second over a sync period
+     (3 updates between syncs, 1 at a sync), and that as a fraction of the
+     peak. Goal: at least half on the CPU (full batch).
   3. The engine: `--runs` runs of `--steps` steps of cdqn_unbiased (their
      CDQN) on Catch's board at their settings, one `continuing.sweep.run` in
      this process (compile and run timed apart): run-steps per second.
   4. Their loop, optionally, in the same invocation: `--reference-cmd` runs
      their PyTorch code (installed in a development venv, never a dependency
      of bec_jax) and `--reference-summary` is the JSON it writes with its
-     steps per second (`configs.*.steps_per_s_mean`, as the driver used for
+     steps per second (`configs.*.steps_per_s.mean`, as the driver used for
      the agreement table writes it).
   5. Projections of their full Catch grid (7 step sizes x 8 etas x 7 gammas x
      5 offsets x 15 runs x 80,000 steps; eta = 0 as DQN): its FLOPs over the
@@ -70,7 +72,8 @@ def roofline(repeats: int) -> dict:
 
 
 def update_rate(batch, repeats: int) -> dict:
-    """The update step alone on a full ring: seconds, FLOP/s."""
+    """The update step alone on a full ring, between syncs and at a sync
+    (`deep.refresh`): seconds, FLOPs, and over a sync period their mean rate."""
     import jax
     import jax.numpy as jnp
 
@@ -84,11 +87,13 @@ def update_rate(batch, repeats: int) -> dict:
     ring = s.replay._replace(obs=(jax.random.uniform(key, (M, 50)) < 0.1).astype(jnp.float32),
                              actions=jax.random.randint(key, (M,), 0, 3), rewards=jax.random.normal(key, (M,)),
                              count=jnp.int32(3 * st.buffer))
-    s = s._replace(replay=ring)
-    f = jax.jit(lambda s, k: deep.update(deep.CDQN_UNBIASED, st, s, k, 2.0 ** -7, 1.0, 0.99))
-    t = best_time(f, (s, key), repeats)
-    return {"batch": batch, "rows": st.rows, "seconds": t, "flops": deep.update_flops(st),
-            "gflops": deep.update_flops(st) / t / 1e9}
+    s = s._replace(replay=ring, values=deep.target_values(st, s.target, ring.obs))
+    f = jax.jit(lambda s, k, sync: deep.update(deep.CDQN_UNBIASED, st, s, k, 2.0 ** -7, 1.0, 0.99, sync))
+    t = {sync: best_time(f, (s, key, jnp.asarray(sync)), repeats) for sync in (False, True)}
+    k = st.sync_period // st.update_period
+    mean_t = ((k - 1) * t[False] + t[True]) / k
+    return {"batch": batch, "rows": st.rows, "seconds": mean_t, "seconds_between_syncs": t[False],
+            "seconds_at_sync": t[True], "flops": deep.update_flops(st), "gflops": deep.update_flops(st) / mean_t / 1e9}
 
 
 def engine_rate(runs: int, steps: int, batch) -> dict:
@@ -114,7 +119,7 @@ def reference(cmd: str | None, path: str | None) -> dict | None:
         subprocess.run(cmd, shell=True, check=True)
     with open(path) as f:
         summary = json.load(f)
-    rates = [c["steps_per_s_mean"] for c in summary["configs"].values() if c.get("steps_per_s_mean")]
+    rates = [c["steps_per_s"]["mean"] for c in summary["configs"].values() if c.get("steps_per_s")]
     return {"command": cmd, "summary": path, "steps_per_s": statistics.median(rates) if rates else None,
             "torch": summary.get("torch_version"), "threads": summary.get("torch_num_threads")}
 

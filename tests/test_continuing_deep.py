@@ -165,10 +165,12 @@ def _np_update(learner, st, state, slots, alpha, eta, gamma):
                                                ("cdqn", 6, None), ("cdqn_simple", "full", None), ("dqn", 6, None),
                                                ("diff_dqn", "full", None)])
 def test_an_update_equals_a_numpy_implementation(name, batch, target):
-    """Five updates (a target sync among them) against `_np_update`; the
-    unbiased learner with the target of the updated rbar (its default) and of
-    rbar before the update (`target_rbar = old`, what Naik et al.'s code
-    computes)."""
+    """Five updates, update_period new transitions before each as a run adds
+    them (two target syncs among them), against `_np_update`, which computes
+    every bootstrap value afresh (the learner keeps them, `deep.refresh`);
+    the unbiased learner with the target of the updated rbar (its default)
+    and of rbar before the update (`target_rbar = old`, what Naik et al.'s
+    code computes)."""
     learner = deep.LEARNERS[[d.name for d in deep.LEARNERS].index(name)]
     task = tasks.make("catch", features="board", rows=3, columns=2)  # 6 observation entries, 3 actions
     st = deep.resolve_settings(task, {"hidden": [5], "buffer": 16, "batch": batch, "update_period": 4,
@@ -180,17 +182,25 @@ def test_an_update_equals_a_numpy_implementation(name, batch, target):
     buf = s.replay._replace(obs=jnp.asarray(rng.normal(size=(17, 6)), jnp.float32),
                             actions=jnp.asarray(rng.integers(0, 3, 17), jnp.int32),
                             rewards=jnp.asarray(rng.normal(size=17), jnp.float32), count=jnp.int32(23))
-    s = s._replace(replay=buf, rate=s.rate._replace(rbar=jnp.float32(0.3)))
+    # The ring as a run leaves it, its cache of target values over every slot (`deep.refresh`).
+    s = s._replace(replay=buf, rate=s.rate._replace(rbar=jnp.float32(0.3)),
+                   values=deep.target_values(st, s.target, buf.obs))
     f64 = lambda tree: [(np.asarray(w, np.float64), np.asarray(b, np.float64)) for w, b in tree]  # noqa: E731
     zeros = [(np.zeros(w.shape), np.zeros(b.shape)) for w, b in s.params]
-    ref = dict(params=f64(s.params), target=f64(s.target), m=zeros, v=zeros, rbar=0.3, o=0.0, count=0,
-               buf=tuple(np.asarray(x, np.float64 if i in (0, 2) else np.int64) for i, x in enumerate(buf)),
-               valid=np.asarray(replay.valid(buf)))
-    step = jax.jit(lambda s, k: deep.update(learner, st, s, k, alpha, eta, gamma))
+    ref = dict(params=f64(s.params), target=f64(s.target), m=zeros, v=zeros, rbar=0.3, o=0.0, count=0)
+    step = jax.jit(lambda s, k, sync: deep.update(learner, st, s, k, alpha, eta, gamma, sync))
+    add = jax.jit(replay.replay_add)
     for u in range(5):
+        for _ in range(st.update_period):  # the period's transitions, as a run adds them before its update
+            buf = add(buf, jnp.int32(rng.integers(0, 3)), jnp.float32(rng.normal()), jnp.asarray(rng.normal(size=6),
+                                                                                               jnp.float32))
+        s = s._replace(replay=buf)
+        c, M = int(buf.count), 17
+        ref["buf"] = tuple(np.asarray(x, np.float64 if i in (0, 2) else np.int64) for i, x in enumerate(buf))
+        ref["valid"] = (np.arange(M) < c) & (np.arange(M) != c % M)
         key = jax.random.key(10 + u)
         slots = None if st.full else np.asarray(replay.sample_slots(buf, key, st.batch))
-        s = step(s, key)
+        s = step(s, key, deep.synced(st, u + 1))
         ref = _np_update(learner, st, ref, slots, alpha, eta, gamma)
         for got, want in zip(jax.tree_util.tree_leaves(s.params), jax.tree_util.tree_leaves(ref["params"])):
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)

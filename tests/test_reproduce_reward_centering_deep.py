@@ -90,8 +90,13 @@ def test_full_grids_are_their_configs():
     puck = rcd.grid_spec("puckworld", "cdqn_unbiased")
     assert puck.settings.layers == (6, 32, 32, 4) and puck.steps == 400_000 and puck.seeds == 3
     assert puck.hyperparameters["eta"] == (0.003, 0.01, 0.03, 0.1)
-    # One update of their Catch CDQN: 2 x 10,001 rows x (4 x 6,784 - 6,400) multiply-adds.
-    assert deep.update_flops(catch.settings) == 2 * 10_001 * (4 * (50 * 128 + 128 * 3) - 50 * 128)
+    # One update of their Catch CDQN, two FLOPs a multiply-add: the network's pass and its backward over 10,001
+    # rows (3 x 6,784 - 6,400 a row: no input gradient for the first layer), and the target's pass over the
+    # ring's 10,001 slots at a sync, over the 32 new observations between syncs (3 of every 4 updates).
+    net = 2 * 10_001 * (3 * 6784 - 6400)
+    assert deep.update_flops(catch.settings, sync=True) == net + 2 * 10_001 * 6784
+    assert deep.update_flops(catch.settings, sync=False) == net + 2 * 32 * 6784
+    assert deep.update_flops(catch.settings) == net + (2 * 10_001 * 6784 + 3 * 2 * 32 * 6784) / 4
     assert np.isclose(rcd.grid_flops(catch), 1715 * 15 * (2500 * deep.update_flops(catch.settings)
                                                            + 2 * 6784 * 80_000))
 

@@ -210,7 +210,8 @@ class DeepState(NamedTuple):
     """A network learner's state: `params` and `target` (the network and its
     target copy, tuples of `networks.Dense`), the optimizer's state, the
     reward rate (`agents.reward_centering.RateState`; rbar stays 0 for dqn),
-    the replay ring and the updates so far."""
+    the replay ring, the updates so far, and `values` (M,): max_a q_target(o,
+    a) of the observation in each slot of the ring (`refresh`)."""
 
     params: Any
     opt_state: Any
@@ -218,6 +219,7 @@ class DeepState(NamedTuple):
     rate: rc.RateState
     replay: replay.Replay
     updates: jax.Array
+    values: jax.Array
 
 
 def init(key: jax.Array, settings: Settings, first_obs: jax.Array, learning_rate, dtype=jnp.float32) -> DeepState:
@@ -227,7 +229,8 @@ def init(key: jax.Array, settings: Settings, first_obs: jax.Array, learning_rate
     params = networks.mlp_init(key, settings.layers, dtype)
     opt = make_optimizer(settings.optimizer, learning_rate)
     return DeepState(params=params, opt_state=opt.init(params), target=params, rate=rc.rate_init(0.0, dtype),
-                     replay=replay.replay_init(settings.buffer, first_obs, dtype), updates=jnp.zeros((), jnp.int32))
+                     replay=replay.replay_init(settings.buffer, first_obs, dtype), updates=jnp.zeros((), jnp.int32),
+                     values=jnp.zeros((settings.buffer + 1,), dtype))
 
 
 def q_values(settings: Settings, params, obs: jax.Array) -> jax.Array:
@@ -235,33 +238,70 @@ def q_values(settings: Settings, params, obs: jax.Array) -> jax.Array:
     return networks.mlp_apply(params, obs, settings.activation)
 
 
-def _batch(settings: Settings, buf: replay.Replay, target, key):
-    """(obs, actions, rewards, bootstrap values max q_target(s'), mask) of one
-    update: every slot of the ring with the valid ones masked (`full`), or
-    `batch` transitions drawn from it."""
+def target_values(settings: Settings, target, obs: jax.Array) -> jax.Array:
+    """max_a q_target(o, a) of each observation `obs` (rows, d): the bootstrap values."""
+    return jnp.max(networks.mlp_apply(target, obs, settings.activation), axis=-1)
+
+
+def refresh(settings: Settings, state: DeepState, sync) -> tuple:
+    """(target, values) for this update. At a sync (`sync`, a bool: the
+    caller's clock, the same for every run of a batch, so that this is a
+    branch and not a select of both sides under vmap) the target becomes the
+    network; with `batch = full`, every slot's value is then computed again,
+    and between syncs only the update_period observations added since the last
+    update get theirs: the same numbers as one pass of the target over the
+    ring every update (the target changes only at a sync), for a quarter of
+    that work at their settings (`update` must run every update_period
+    steps). A sampled batch computes its own values (`_batch`): the cache is
+    left as it is."""
+    buf, P = state.replay, settings.update_period
+    M = buf.actions.shape[0]
+    if not settings.full:
+        target = jax.lax.cond(sync, lambda _: state.params, lambda _: state.target, None)
+        return target, state.values
+
+    def synced(_):
+        return state.params, target_values(settings, state.params, buf.obs)
+
+    def added(_):
+        slots = (buf.count - P + 1 + jnp.arange(P, dtype=buf.count.dtype)) % M  # transitions' next observations
+        return state.target, state.values.at[slots].set(target_values(settings, state.target, buf.obs[slots]))
+
+    return jax.lax.cond(sync, synced, added, None)
+
+
+def _batch(settings: Settings, buf: replay.Replay, target, values: jax.Array, key):
+    """(obs, actions, rewards, bootstrap values, mask) of one update: every
+    slot of the ring with the valid ones masked (`full`; the values from the
+    cache `values`), or `batch` transitions drawn from it (the target's pass
+    over their next observations)."""
     if settings.full:
-        v_all = jnp.max(networks.mlp_apply(target, buf.obs, settings.activation), axis=-1)
-        # Slot k's next observation is slot k + 1's (`bec_jax.replay`): one pass of the target over the ring.
-        return buf.obs, buf.actions, buf.rewards, jnp.roll(v_all, -1), replay.valid(buf)
+        # Slot k's next observation is slot k + 1's (`bec_jax.replay`).
+        return buf.obs, buf.actions, buf.rewards, jnp.roll(values, -1), replay.valid(buf)
     slots = replay.sample_slots(buf, key, settings.batch)
     obs, actions, rewards, nxt = replay.transitions(buf, slots)
-    v_next = jnp.max(networks.mlp_apply(target, nxt, settings.activation), axis=-1)
-    return obs, actions, rewards, v_next, None
+    return obs, actions, rewards, target_values(settings, target, nxt), None
 
 
-def update(learner: DeepLearner, settings: Settings, state: DeepState, key: jax.Array, alpha, eta, gamma) -> DeepState:
-    """One update of a network learner (module docstring): the target synced
-    when the step count reaches a multiple of `sync_period`, one optimizer
-    step on the centered MSE loss (`agents.reward_centering.centered_q_loss`)
-    over a batch, and rbar's update (value-based: the batch mean of delta;
-    simple: of r - rbar; the loss's target with the updated rbar or the one
-    before it, `Settings.target_rbar`). `key` draws the batch; `alpha` is the optimizer's
+def synced(settings: Settings, updates) -> jax.Array:
+    """Whether update number `updates` (from 1) syncs the target: their agent
+    syncs when the step count is a multiple of net_sync_freq, checked on
+    update steps, before the update."""
+    return updates % (settings.sync_period // settings.update_period) == 0
+
+
+def update(learner: DeepLearner, settings: Settings, state: DeepState, key: jax.Array, alpha, eta, gamma,
+           sync) -> DeepState:
+    """One update of a network learner (module docstring), every
+    update_period steps: the target synced at `sync` (`synced` of the
+    caller's update count; `refresh`), one optimizer step on the centered MSE
+    loss (`agents.reward_centering.centered_q_loss`) over a batch, and rbar's
+    update (value-based: the batch mean of delta; simple: of r - rbar; the
+    loss's target with the updated rbar or the one before it,
+    `Settings.target_rbar`). `key` draws the batch; `alpha` is the optimizer's
     learning rate (as its state was made with), beta0 = eta alpha."""
-    updates = state.updates + 1
-    # Their agent syncs when timestep % net_sync_freq == 0, checked on update steps, before the update.
-    sync = updates % (settings.sync_period // settings.update_period) == 0
-    target = jax.tree_util.tree_map(lambda p, t: jnp.where(sync, p, t), state.params, state.target)
-    obs, actions, rewards, v_next, mask = _batch(settings, state.replay, target, key)
+    target, values = refresh(settings, state, sync)
+    obs, actions, rewards, v_next, mask = _batch(settings, state.replay, target, values, key)
     g = jnp.ones_like(rewards[0]) if learner.differential else jnp.asarray(gamma, rewards.dtype)
     rate = state.rate
 
@@ -286,18 +326,28 @@ def update(learner: DeepLearner, settings: Settings, state: DeepState, key: jax.
     opt = make_optimizer(settings.optimizer, alpha)
     steps, opt_state = opt.update(grads, state.opt_state, state.params)
     return DeepState(params=optax.apply_updates(state.params, steps), opt_state=opt_state, target=target, rate=rate,
-                     replay=state.replay, updates=updates)
+                     replay=state.replay, updates=state.updates + 1, values=values)
 
 
-def update_flops(settings: Settings) -> int:
-    """Floating-point operations of one update's products over its rows, two a
-    multiply-add: the target's forward pass and the network's, and its
-    backward pass: every layer's weight gradient and every layer's input
-    gradient but the first's (the observations need none). What the roofline
-    measures; the biases and activations are left out."""
+def update_flops(settings: Settings, sync: bool | None = None) -> float:
+    """Floating-point operations of one update's products, two a
+    multiply-add: the network's forward pass over its rows and its backward
+    pass (every layer's weight gradient, every layer's input gradient but the
+    first's: the observations need none), and the target's pass: with `batch
+    = full` over the ring's M slots at a sync (`sync` True) or over the
+    update_period new observations (False; None: the mean over a sync
+    period), else over the batch's next observations. What the roofline
+    measures; biases and activations are left out."""
     sizes = settings.layers
     products = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))  # multiply-adds of one forward pass a row
-    return 2 * settings.rows * (4 * products - sizes[0] * sizes[1])
+    net = 2 * settings.rows * (3 * products - sizes[0] * sizes[1])
+    if not settings.full:  # the target's pass over the batch's next observations, every update
+        return net + 2 * settings.batch * products
+    at_sync, between = 2 * (settings.buffer + 1) * products, 2 * settings.update_period * products
+    if sync is not None:
+        return net + (at_sync if sync else between)
+    k = settings.sync_period // settings.update_period
+    return net + (at_sync + (k - 1) * between) / k
 
 
 def sweep_flops(spec) -> float:
@@ -393,4 +443,5 @@ def is_deep(alg) -> bool:
 
 __all__ = ["CDQN", "CDQN_SIMPLE", "CDQN_SIMPLE_UNBIASED", "CDQN_UNBIASED", "DEFAULT_HIDDEN", "DIFF_DQN", "DQN",
            "DeepLearner", "DeepState", "FULL", "LEARNERS", "OPTIMIZERS", "SETTINGS", "Settings", "TARGET_RBAR", "init", "is_deep",
-           "make_optimizer", "q_values", "resolve_settings", "sweep_flops", "update", "update_flops"]
+           "make_optimizer", "q_values", "refresh", "resolve_settings", "sweep_flops", "synced", "target_values", "update",
+           "update_flops"]

@@ -214,7 +214,8 @@ def deep_stages(spec: ContinuingSpec, task=None) -> tuple:
             learner, env, obs, (reward, est, big) = c
             ts = u * P + jnp.arange(P, dtype=jnp.uint32)
             (learner, env, obs, reward), _ = jax.lax.scan(step, (learner, env, obs, reward), ts)
-            learner = deep.update(alg, st, learner, jax.random.fold_in(update_key, u), alpha, eta, g)
+            learner = deep.update(alg, st, learner, jax.random.fold_in(update_key, u), alpha, eta, g,
+                                  deep.synced(st, u + 1))  # the clock's, not a run's: a branch, not a select
             block = ((u + 1) * P - 1 - base) // K
             rbar = learner.rate.rbar if alg.centering is not None else jnp.full((), jnp.nan, dtype)
             est = est.at[block].set(rbar.astype(dtype))
