@@ -327,6 +327,22 @@ def test_continuing_network_learner_program(name, batch):
     assert_portable(text)
 
 
+@pytest.mark.parametrize("name", ["q_vrc", "cdqn"])
+def test_continuing_search_program(name):
+    """A successive-halving search (engine.search) as one program, for a linear
+    and a network learner: the rungs' loops, the ranking (a sort) and the
+    survivors' gathers add no callback, no float64 and no dot below HIGHEST."""
+    params = {"hidden": [8], "buffer": 16, "batch": 4, "update_period": 5, "sync_period": 10} if name == "cdqn" else {}
+    hyper = _required(continuing_learners.get(name))
+    hyper["alpha"] = [0.01 * (k + 1) for k in range(9)]
+    spec = ContinuingSpec(task="catch", task_params={"features": "board"}, algorithm=name, seeds=2, steps=100,
+                          log_every=10, hyperparameters=hyper, learner_params=params, search={"rate": 3})
+    assert spec.search_schedule().points[0] == 9 and len(spec.search_schedule().points) >= 2
+    text = _continuing_text(spec)
+    assert "sort" in text  # the ranking is in the program, not on the host
+    assert_portable(text)
+
+
 # ------------------------------------------------------------------ agents
 
 @pytest.fixture(scope="module")
