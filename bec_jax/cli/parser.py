@@ -45,6 +45,19 @@ METRIC_HELP = ("prediction runs: a logged metric (default: each run's first); co
                "length, the statistic drawn and the one whose area under the curve chooses the best setting")
 
 
+def add_search(p, score: str) -> None:
+    """`--search halving` and its options on subcommand `p`, whose rungs rank
+    the points by `score`."""
+    p.add_argument("--search", choices=("halving",),
+                   help=f"successive halving (every point in one compiled program): each rung ranks the points by "
+                        f"{score} and keeps the best 1/rate; the result keeps every point")
+    p.add_argument("--halving-rate", type=float_arg("halving_rate"), metavar="ETA", help="with --search: default 3")
+    p.add_argument("--rungs", type=int_arg("rungs"), metavar="R",
+                   help="with --search: default as many as leave the last rung at least ETA points")
+    p.add_argument("--min-steps", type=int_arg("min_steps"), metavar="S",
+                   help="with --search: the first rung's least steps (default one log block)")
+
+
 def stall_timeout_arg(text: str) -> float:
     """--stall-timeout's value: seconds (or off), checked by the watchdog."""
     from bec_jax.run.watchdog import parse_timeout
@@ -197,14 +210,7 @@ def _add_continuing(sub, command) -> None:
                         "default is a list (priorities=1,2,4,8)")
     c.add_argument("--algorithm", help=f"{listing(continuing_learners.names(), last=None)} or "
                                        "package.module:attribute")
-    c.add_argument("--search", choices=("halving",),
-                   help="successive halving (every point in one compiled program): each rung ranks the points by "
-                        "the reward rate so far and keeps the best 1/rate; the result keeps every point")
-    c.add_argument("--halving-rate", type=float_arg("halving_rate"), metavar="ETA", help="with --search: default 3")
-    c.add_argument("--rungs", type=int_arg("rungs"), metavar="R",
-                   help="with --search: default as many as leave the last rung at least ETA points")
-    c.add_argument("--min-steps", type=int_arg("min_steps"), metavar="S",
-                   help="with --search: the first rung's least steps (default one log block)")
+    add_search(c, "the reward rate so far")
     c.add_argument("--learner-param", action="append", type=learner_param_arg, metavar="NAME=VALUE",
                    help="a network learner's setting (repeatable): hidden=64,64 (or layers=50,128,3), "
                         "activation=tanh|relu, buffer=10000, batch=64|full, update_period=32, sync_period=128, "
