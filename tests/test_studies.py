@@ -48,8 +48,8 @@ algorithm = "ctdc"
 alpha = [0.001, 0.002, 0.005, 0.01]
 beta = [0.01, 0.1]
 zeta = [0.01, 0.05]
-steps = 40000
-log_every = 2000
+steps = 10000      # 8 chunks of 2 points under --chunk-size 2: a SIGTERM after the first lands before the last
+log_every = 500
 seeds = 50
 
 [[sweep]]
@@ -141,7 +141,7 @@ def _two_parts(argv: list, env: dict) -> list[str]:
     return outs
 
 
-def test_chunk_parts_from_two_processes_assemble_bitwise(tmp_path, cli_env):
+def test_chunk_parts_from_two_processes_assemble_bitwise(tmp_path, cli_env, capsys):
     args = ["run", "--env", "baird", "--algorithm", "ctdc", "--alpha", "0.001,0.005,0.01,0.05", "--beta",
             "0.01,0.1", "--zeta", "0.01,0.05", "--steps", "400", "--seeds", "20", "--log-every", "20",
             "--chunk-size", "4", "--confirm-seeds", "4"]
@@ -164,13 +164,13 @@ def test_chunk_parts_from_two_processes_assemble_bitwise(tmp_path, cli_env):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
     assert json.load(open(single / "confirm.json")) == json.load(open(shared / "confirm.json"))
-    # A malformed part is refused.
-    p = subprocess.run([BEC_JAX, *base, "--out", str(tmp_path / "x"), "--chunks", "3/2"], env=cli_env,
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and "chunks: expected K/N with 1 <= K <= N, got 3/2" in p.stderr
+    # A malformed part is refused (in-process: a refusal needs no process of its own).
+    capsys.readouterr()
+    assert cli.main([*base, "--out", str(tmp_path / "x"), "--chunks", "3/2"]) == 2
+    assert "chunks: expected K/N with 1 <= K <= N, got 3/2" in capsys.readouterr().err
 
 
-def test_study_parts_assemble_to_the_single_study(tmp_path, cli_env):
+def test_study_parts_assemble_to_the_single_study(tmp_path, cli_env, capsys):
     (tmp_path / "s.toml").write_text('seeds = 6\nsteps = 60\nlog_every = 20\n[[sweep]]\nenv = "two_state"\n'
                                      'algorithm = "ctd"\nalpha = [0.01, 0.05, 0.1]\nbeta = [0.1, 0.2]\n'
                                      '[[sweep]]\nenv = "boyan_chain"\nalgorithm = "td"\nalpha = [0.1, 0.5, 1.0]\n')
@@ -187,10 +187,10 @@ def test_study_parts_assemble_to_the_single_study(tmp_path, cli_env):
     assert p.returncode == 0, p.stderr
     assert "(+ 0.00 s compile)" in p.stdout and "3 chunks resumed" in p.stdout
     _same_results(tmp_path / "one", shared, ["two_state-ctd", "boyan_chain-td"])
-    # A part with --resume or --confirm-seeds is refused, naming the option.
-    p = subprocess.run([BEC_JAX, *base, "--out", str(tmp_path / "x"), "--chunks", "1/2", "--confirm-seeds", "3"],
-                       env=cli_env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and "chunks: a part only computes its share" in p.stderr
+    # A part with --resume or --confirm-seeds is refused, naming the option (in-process, as above).
+    capsys.readouterr()
+    assert cli.main([*base, "--out", str(tmp_path / "x"), "--chunks", "1/2", "--confirm-seeds", "3"]) == 2
+    assert "chunks: a part only computes its share" in capsys.readouterr().err
 
 
 def test_float64_run_and_study_resume_without_their_spec(tmp_path, cli_env):
@@ -232,7 +232,7 @@ def _two_processes(argv: list, env: dict) -> list[str]:
     return outs
 
 
-def test_two_jax_processes_equal_one_bit_for_bit(tmp_path, cli_env):
+def test_two_jax_processes_equal_one_bit_for_bit(tmp_path, cli_env, capsys):
     """`bec-jax run --distributed` on two processes of two CPU devices each (gloo
     collectives on 127.0.0.1): the grid is sharded over four devices in two
     processes, process 0 writes, and every array equals one process's run."""
@@ -255,10 +255,10 @@ def test_two_jax_processes_equal_one_bit_for_bit(tmp_path, cli_env):
     meta = json.load(open(out / "meta.json"))
     assert meta["num_devices"] == 4
     assert sorted(os.listdir(out)) == sorted(os.listdir(single))
-    # Malformed coordinates are refused before anything runs.
-    p = subprocess.run([BEC_JAX, *args, "--out", str(tmp_path / "x"), "--distributed", "127.0.0.1,2"], env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and "distributed: expected 'auto' or HOST:PORT,N,ID" in p.stderr
+    # Malformed coordinates are refused before anything runs (in-process: no process joins anything).
+    capsys.readouterr()
+    assert cli.main([*args, "--out", str(tmp_path / "x"), "--distributed", "127.0.0.1,2"]) == 2
+    assert "distributed: expected 'auto' or HOST:PORT,N,ID" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
 
 
@@ -381,7 +381,7 @@ def test_confirmation_uses_fresh_disjoint_seeds(small_run, tmp_path):
 def test_plot_and_compare_write_their_files(small_run, tmp_path, capsys):
     _, out = small_run
     st = tmp_path / "study"
-    (tmp_path / "s.toml").write_text(STUDY.replace('steps = 40000', 'steps = 400').replace('log_every = 2000',
+    (tmp_path / "s.toml").write_text(STUDY.replace('steps = 10000', 'steps = 400').replace('log_every = 500',
                                                                                          'log_every = 40'))
     assert cli.main(["study", str(tmp_path / "s.toml"), "--out", str(st)]) == 0
     assert cli.main(["plot", str(st)]) == 0
