@@ -55,7 +55,11 @@ class Stages(NamedTuple):
     `batch`: runs vmapped together (the front's choice: the last rung's runs,
     so that later rungs cost what they run, or its whole-run program's batch,
     where a run's bits depend on it); `unit`: the log blocks `advance` takes
-    at once (rung ends are whole units).
+    at once (rung ends are whole units). `batched`: start, advance and finish
+    take a whole batch of `batch` runs at once (every argument and result with
+    a leading axis of `batch` rows, consecutive runs, point-major) and
+    vectorise it themselves, where the front's step shares work among runs
+    (prediction's transitions, drawn once per seed for every grid point).
     """
 
     start: Callable
@@ -64,6 +68,7 @@ class Stages(NamedTuple):
     score: Callable
     batch: int
     unit: int = 1
+    batched: bool = False
 
 
 class Schedule(NamedTuple):
@@ -132,6 +137,18 @@ def _rows(tree, rows):
     return jax.tree_util.tree_map(lambda x: jnp.take(x, rows, axis=0), tree)
 
 
+def _in_batches(stages: Stages, fn: Callable, B: int, *trees):
+    """fn over consecutive batches of B rows of `trees` (leading axis a
+    multiple of B), in turn: vmapped per run, or the front's own batch
+    (`Stages.batched`)."""
+    if not stages.batched:
+        return jax.lax.map(lambda t: fn(*t), trees, batch_size=B)
+    n = jax.tree_util.tree_leaves(trees)[0].shape[0] // B
+    split = jax.tree_util.tree_map(lambda x: x.reshape((n, B) + x.shape[1:]), trees)
+    out = jax.lax.map(lambda t: fn(*t), split)
+    return jax.tree_util.tree_map(lambda x: x.reshape((n * B,) + x.shape[2:]), out)
+
+
 def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: Schedule) -> dict:
     """The search, traced (call it inside the front's program): `lanes` the
     inputs of every run, a pytree with leading axis points * seeds
@@ -147,13 +164,15 @@ def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: 
     n_pad = -(-n_runs // B) * B
     pad = np.minimum(np.arange(n_pad), n_runs - 1)  # dead runs (copies of the last) fill the last batch
     lanes = _rows(lanes, jnp.asarray(pad))
-    carry = jax.lax.map(stages.start, lanes, batch_size=B)
-    shapes = jax.eval_shape(jax.vmap(lambda c, x: stages.advance(c, x, 0, u)), _rows(carry, jnp.arange(1)),
-                            _rows(lanes, jnp.arange(1)))[1]
+    carry = _in_batches(stages, stages.start, B, lanes)
+    one = B if stages.batched else 1
+    step = (lambda c, x: stages.advance(c, x, 0, u)) if stages.batched else jax.vmap(
+        lambda c, x: stages.advance(c, x, 0, u))
+    shapes = jax.eval_shape(step, _rows(carry, jnp.arange(one)), _rows(lanes, jnp.arange(one)))[1]
     logs = {n: jnp.full((points, N, blocks) + s.shape[2:], jnp.nan, s.dtype) for n, s in shapes.items()}
     ends_u = jnp.asarray([e // u for e in sched.ends], jnp.int32)
     counts = jnp.asarray(sched.points + (sched.points[-1],), jnp.int32)  # the points of rung r and of the next
-    advance = jax.vmap(stages.advance, in_axes=(0, 0, None, None))
+    advance = stages.advance if stages.batched else jax.vmap(stages.advance, in_axes=(0, 0, None, None))
 
     def rung(r, state):
         carry, lanes, logs, order, stopped, scores = state
@@ -198,7 +217,7 @@ def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: 
     state = (carry, lanes, logs, jnp.arange(points, dtype=jnp.int32), jnp.full((points,), R - 1, jnp.int32),
              jnp.full((points, R), jnp.nan, jnp.float32))
     carry, lanes, logs, order, stopped, scores = jax.lax.fori_loop(0, R, rung, state)
-    finals = jax.lax.map(lambda cx: stages.finish(*cx), (carry, lanes), batch_size=B)
+    finals = _in_batches(stages, stages.finish, B, carry, lanes)
     out = dict(logs)
     rows = jnp.arange(n_pad)
     pts = jnp.where(rows < last, order[jnp.minimum(rows // N, points - 1)], points)
