@@ -5,8 +5,10 @@ for a group and a chunk size.
 `make_joint_program` does the same for several sweeps that differ only in their
 algorithm (`engine.programs.split_joint` cuts its outputs apart);
 `make_segment_programs` gives the start / advance / finish programs of a run in
-time segments or seed chunks. With several devices the grid axis (or a seed
-chunk's seed axis) is split over a 1-D mesh with `shard_map`.
+time segments or seed chunks; `searched` runs a successive-halving search
+(`engine.search`) of the kernel's runs, split at log blocks. With several
+devices the grid axis (or a seed chunk's seed axis) is split over a 1-D mesh
+with `shard_map`.
 """
 from __future__ import annotations
 
@@ -18,10 +20,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
+from bec_jax.engine import search
 from bec_jax.engine.plan import Group
 from bec_jax.engine.programs import GRID_AXIS, Program, SegmentPrograms, grid_mesh, jit_over_grid, segment_mesh
+from bec_jax.engine.seed_stats import alive_count, mean_std_sem
 from bec_jax.engine.tuning import KernelForm
 from bec_jax.prediction.kernel import Kernel, make_kernel
+from bec_jax.prediction.plan import ENV_INDEX
 from bec_jax.prediction.spec import SweepSpec
 
 
@@ -37,6 +42,15 @@ def make_program(spec: SweepSpec, group: Group, chunk: int, devices=None,
     `form`: the program's performance choices (`tuning.KernelForm`; default
     `tuning.choose_form`'s for a sweep of `spec`); the same results under each.
     """
+    if spec.search is not None:
+        # Chunk 1: with several models each point samples its own (`make_kernel`), so a point's sampler
+        # state is its own runs' and a batch of any points can run (the same transitions, bit for bit).
+        kern = make_kernel(spec, group, 1, form=form, devices=devices)
+
+        def search_program(seed, grid):  # the name XLA's module gets
+            return searched(spec, kern, len(group.models), seed, grid)
+
+        return Program(spec=spec, group=group, fn=jax.jit(search_program), chunk=chunk, mesh=None)
     kern = make_kernel(spec, group, chunk, form=form, devices=devices)
     whole = _whole_run(spec, kern)
 
@@ -63,6 +77,137 @@ def _whole_run(spec: SweepSpec, kern: Kernel) -> Callable:
         return {"mean": mean, "std": std, "sem": sem, "alive": alive_t, **kern.finish(ctx, carry)}
 
     return whole
+
+
+def _rows(x: jax.Array, N: int) -> jax.Array:
+    """(N, b, ...) seed-major (the kernel's layout) -> (b N, ...) runs, point-major (the search's)."""
+    return jnp.swapaxes(x, 0, 1).reshape((-1,) + x.shape[2:])
+
+
+def _seed_major(x: jax.Array, N: int) -> jax.Array:
+    """(b N, ...) runs, point-major -> (N, b, ...), the kernel's layout (`_rows` undone)."""
+    return jnp.swapaxes(x.reshape((-1, N) + x.shape[1:]), 0, 1)
+
+
+def search_stages(spec: SweepSpec, kern: Kernel, models: int, seed, batch: int,
+                  start_values: jax.Array) -> search.Stages:
+    """This front's `engine.search.Stages`: the kernel's runs (`make_kernel`,
+    made for chunks of 1) in batches of `batch` grid points with all their N
+    seeds (`Stages.batched`: a batch's transitions are drawn once per seed, as
+    in the whole-run program), split at log blocks. A run's row (point-major)
+    holds its learner state (the unbatched update counter copied to every
+    row: it is every run's), its sampler state (each seed's, copied to each
+    point; with several models its point's own), its divergence step and its
+    area sums; a batch's rows are turned to the kernel's seed-major layout for
+    its blocks and back. Every block's metric values and whether the run is
+    still alive (1 or 0) are logged per run ("values" (n, M), "keep" (n,));
+    the statistics over seeds are taken from them after the search
+    (`searched`). `start_values` (G,): each point's first metric at step 0,
+    which its score's area includes; `models`: the group's models."""
+    N, dtype = spec.seeds, jnp.dtype(spec.dtype)
+    axes = kern.axes[0]
+    one_model = models == 1  # the sampler state per seed (N, ...), else per point (b, N, ...)
+
+    def ctx_of(lanes):
+        grid = {k: v[::N] for k, v in lanes.items()}  # a batch's points (its rows are point-major)
+        return kern.setup(seed, (grid,), spec.seed_offset, N)
+
+    def to_rows(carry):
+        (state,), samp, dstep, auc = carry
+        b = dstep.shape[0]
+        state = jax.tree_util.tree_map(lambda x, ax: jnp.broadcast_to(x, (b * N,) + x.shape) if ax is None
+                                       else _rows(x, N), state, axes)
+        if one_model:  # (N, ...) per seed -> every point's rows
+            samp = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x[None], (b,) + x.shape).reshape(
+                (b * N,) + x.shape[1:]), samp)
+        else:  # (b, N, ...) per point
+            samp = jax.tree_util.tree_map(lambda x: x.reshape((b * N,) + x.shape[2:]), samp)
+        return state, samp, dstep.reshape(-1), _rows(jnp.moveaxis(auc, 0, -1), N)
+
+    def from_rows(rows):
+        state, samp, dstep, auc = rows
+        state = jax.tree_util.tree_map(lambda x, ax: x[0] if ax is None else _seed_major(x, N), state, axes)
+        if one_model:  # every batch's first point's rows: its runs are at the batch's block
+            samp = jax.tree_util.tree_map(lambda x: x[:N], samp)
+        else:
+            samp = jax.tree_util.tree_map(lambda x: x.reshape((-1, N) + x.shape[1:]), samp)
+        return (state,), samp, dstep.reshape(-1, N), jnp.moveaxis(_seed_major(auc, N), -1, 0)
+
+    def start(lanes):
+        carry, _ = kern.start(ctx_of(lanes), True)
+        return to_rows(carry)
+
+    def advance(rows, lanes, j0, n: int):
+        ctx = ctx_of(lanes)
+        carry, (vals, keep) = kern.blocks(ctx, from_rows(rows), j0 + jnp.arange(n, dtype=jnp.int32), True)
+        # vals (n, M, b, N), keep (n, b, N) -> per run (b N, n, M) and (b N, n)
+        logs = {"values": _rows(jnp.transpose(vals, (3, 2, 0, 1)), N),
+                "keep": _rows(jnp.transpose(keep, (2, 1, 0)), N).astype(dtype)}
+        return to_rows(carry), logs
+
+    def finish(rows, lanes):
+        out = kern.finish(ctx_of(lanes), from_rows(rows))
+        # auc_seed (b, M, N) -> (b N, M). The final values are the last block's, logged (`searched`).
+        return {"auc_seed": _rows(jnp.transpose(out["auc_seed"], (2, 0, 1)), N)}
+
+    return search.Stages(start=start, advance=advance, finish=finish, score=score(start_values), batch=batch * N,
+                         unit=spec.search_unit(), batched=True)
+
+
+def score(start_values: jax.Array):
+    """The search's score hook (`engine.search.Stages.score`): minus each
+    point's area under its first metric's mean curve so far (the mean over
+    the logged points up to the rung's end, step 0's `start_values` (G,)
+    included: the area `SweepResult.auc` takes at the end, the lower the
+    better); -inf for a point with a seed that diverged."""
+
+    def fn(logs: dict, valid: jax.Array):
+        v = logs["values"][..., 0]  # (G, N, L)
+        ok = jnp.where(valid, logs["keep"] == 1, True).all(axis=(1, 2))
+        total = jnp.where(valid, v, 0).mean(axis=1).sum(-1)
+        auc = (start_values + total) / (valid.sum() + 1).astype(total.dtype)
+        return jnp.where(ok, -auc, -jnp.inf)
+
+    return fn
+
+
+def searched(spec: SweepSpec, kern: Kernel, models: int, seed, grid: dict) -> dict:
+    """The spec's search over the points of `grid` (one chunk of every grid
+    point): `engine.search.halving` on this front's stages (`search_stages`,
+    in batches of the last rung's points) and score; the outputs of the
+    whole-run program (mean, std, sem (G, M, L + 1), alive (G, L + 1), final,
+    auc_seed (G, M, N), diverged_step (G, N)) with the statistics over seeds
+    taken from each run's logged values (`seed_stats`, as the kernel takes
+    them: the same bits), NaN (alive -1) where a point did not run and NaN
+    finals for the points stopped early; plus "stopped_rung" (G,) and
+    "rung_scores" (G, rungs): each point's area under its curve so far at the
+    rungs it was ranked at (+inf: a seed diverged; NaN: not ranked there).
+    `kern`: made for chunks of 1 (`make_program`); `models`: its group's."""
+    N, K, L = spec.seeds, spec.log_every, spec.steps // spec.log_every
+    G = grid[ENV_INDEX].shape[0]
+    sched = spec.search_schedule()
+    _, first = kern.start(kern.setup(seed, (grid,), spec.seed_offset, N), False)  # the step-0 report, (M, G)
+    lanes = {k: jnp.repeat(v, N) for k, v in grid.items()}
+    stages = search_stages(spec, kern, models, seed, sched.points[-1], first[0][0])
+    out = search.halving(stages, lanes, G, N, L, sched)
+    keep = out["keep"]  # (G, N, L): 1 alive, 0 not, NaN not run
+    alive = jnp.transpose(keep == 1, (2, 0, 1))  # (L, G, N)
+    count = alive_count(alive)  # (L, G)
+    stats = mean_std_sem(jnp.transpose(out["values"], (3, 2, 0, 1)), alive, count=count)  # (M, L, G) each
+    ran = jnp.arange(L)[:, None] < jnp.asarray(sched.ends)[out["stopped_rung"]][None, :]  # (L, G)
+    logs = [jnp.concatenate([f[None], jnp.where(ran[None], x, jnp.nan).swapaxes(0, 1)]) for f, x in
+            zip(first[:3], stats)]  # (L + 1, M, G)
+    dead = keep == 0
+    dstep = jnp.where(dead.any(-1), (jnp.argmax(dead, axis=-1).astype(jnp.int32) + 1) * K, -1).astype(jnp.int32)
+    # The final values: the last block's, as the kernel's `finish` takes them from the same state (taken
+    # again outside the blocks' loop, XLA:CPU may round a model-dependent metric 1 ulp apart); NaN where a
+    # seed diverged (the last block's values are the frozen state's) or its point stopped (not run).
+    final = jnp.where((dstep >= 0)[:, None, :], jnp.nan, jnp.moveaxis(out["values"][:, :, -1], -1, 1))
+    return {"mean": jnp.moveaxis(logs[0], (0, 1, 2), (2, 1, 0)), "std": jnp.moveaxis(logs[1], (0, 1, 2), (2, 1, 0)),
+            "sem": jnp.moveaxis(logs[2], (0, 1, 2), (2, 1, 0)),
+            "alive": jnp.concatenate([first[3][None], jnp.where(ran, count, -1)]).T.astype(jnp.int32),
+            "final": final, "auc_seed": jnp.swapaxes(out["auc_seed"], 1, 2),
+            "diverged_step": dstep, "stopped_rung": out["stopped_rung"], "rung_scores": -out["rung_scores"]}
 
 
 def make_joint_program(members: list, devices=None, form: KernelForm | None = None) -> Program:

@@ -47,6 +47,7 @@ from bec_jax.theory import verdicts
 # few milliseconds to a tenth of a second a point, once per model); larger grids
 # give it for the best point (`plotting.summary_rows`, `bec-jax run`).
 EXACT_SUMMARY_POINTS = 64
+SEARCH_ARRAYS = ("stopped_rung", "rung_scores")  # a search's (`engine.search`), in curves.npz
 
 
 def _label_requests(spec: SweepSpec, points: list, indices) -> list:
@@ -109,6 +110,15 @@ class SweepResult:
       auc_seed: (M, G, N) each seed's area under its own curve (the mean over
         the logged points), +inf for diverged seeds; None for results saved
         before it was recorded.
+      stopped_rung: (G,) a search's last rung each point ran (`engine.search`;
+        rungs - 1 for the points that ran every step), None for a full sweep.
+        A point stopped early has NaN mean, std and sem and alive -1 at every
+        logged step after its last rung, and NaN final values and areas
+        (+inf for a seed that diverged before it stopped).
+      rung_scores: (G, rungs) a search's score of each point at each rung it
+        was ranked at: the area under its first metric's mean curve up to the
+        rung's end (lower is better; +inf where a seed diverged, NaN where it
+        was not ranked), or None.
     """
 
     KIND = "prediction"  # the kind of sweep (a control sweep's result is a `ControlResult`)
@@ -125,6 +135,8 @@ class SweepResult:
     meta: dict = field(default_factory=dict)
     spec_dict: dict | None = None
     auc_seed: np.ndarray | None = None
+    stopped_rung: np.ndarray | None = None
+    rung_scores: np.ndarray | None = None
 
     def __post_init__(self):
         if self.spec_dict is None and self.spec is not None:
@@ -237,7 +249,9 @@ class SweepResult:
             mean=self.mean[:, mask], std=self.std[:, mask], sem=self.sem[:, mask], alive=self.alive[mask],
             final=self.final[:, mask], diverged_step=self.diverged_step[mask],
             meta=dict(self.meta, subset_of=self.num_points), spec_dict=self.spec_dict,
-            auc_seed=None if self.auc_seed is None else self.auc_seed[:, mask])
+            auc_seed=None if self.auc_seed is None else self.auc_seed[:, mask],
+            stopped_rung=None if self.stopped_rung is None else self.stopped_rung[mask],
+            rung_scores=None if self.rung_scores is None else self.rung_scores[mask])
 
     def sensitivity(self, over: str = "alpha", *, stat: str = "final", metric: str | None = None,
                     fixed: dict | None = None) -> dict:
@@ -358,8 +372,8 @@ class SweepResult:
         """The arrays written to `curves.npz`: `steps` (L,), `mean`/`std`/`sem`
         (G, L) for the first metric, the same per metric as `mean_<metric>` etc.,
         the grid as `grid_<column>` (G,), `alive`, `final_<metric>` and
-        `diverged_step`; with `logs=False` not the logged arrays (steps, mean,
-        std, sem, alive)."""
+        `diverged_step`, and a search's `stopped_rung` and `rung_scores`; with
+        `logs=False` not the logged arrays (steps, mean, std, sem, alive)."""
         out = {"steps": self.steps, "mean": self.mean[0], "std": self.std[0], "sem": self.sem[0],
                "alive": self.alive} if logs else {}
         out["diverged_step"] = self.diverged_step
@@ -373,6 +387,9 @@ class SweepResult:
             out[f"final_{name}"] = self.final[i]
             if self.auc_seed is not None:
                 out[f"auc_seed_{name}"] = self.auc_seed[i]
+        for name in SEARCH_ARRAYS:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
     @property
@@ -443,8 +460,9 @@ class SweepResult:
             else:
                 logs = dict(steps=z["steps"], mean=stack("mean"), std=stack("std"), sem=stack("sem"),
                             alive=z["alive"])
+            found = {n: z[n] for n in SEARCH_ARRAYS if n in z.files}
             return cls(spec=spec, grid=grid, **logs, final=stack("final"),
-                       diverged_step=z["diverged_step"], meta=meta, spec_dict=spec_dict, auc_seed=auc_seed)
+                       diverged_step=z["diverged_step"], meta=meta, spec_dict=spec_dict, auc_seed=auc_seed, **found)
 
 
 def __getattr__(name: str):

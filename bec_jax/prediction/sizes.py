@@ -21,6 +21,7 @@ from bec_jax.prediction.spec import SweepSpec
 
 STATE_COPIES = 6                # live copies of the learner state in the scan
 UNIFORM_COPIES = 8              # live copies of a log block's uniforms (two blocks drawn at once, see kernel)
+SEARCH_LOG_COPIES = 2           # copies of a search's per-run logs (the logs, the statistics' pass over them)
 
 
 def sizes(spec: SweepSpec) -> memory.Sizes:
@@ -34,8 +35,11 @@ def sizes(spec: SweepSpec) -> memory.Sizes:
                 for leaf, ax in zip(jax.tree_util.tree_leaves(shapes), axes) if ax is not None)
     M = len(spec.metrics)
     nu = sampling.NUM_UNIFORMS[spec.sampler]
+    # A search (`programs.searched`) logs every run's values and alive flag per block (M + 1 numbers) and
+    # takes the statistics from them after its rungs: their array and a working copy.
+    search_logs = 0 if spec.search is None else SEARCH_LOG_COPIES * (spec.steps // spec.log_every) * (M + 1) * item
     return memory.Sizes(item=item, metrics=M, state=state,
-                        per_run=STATE_COPIES * state + 8 + 5 * M * item,
+                        per_run=STATE_COPIES * state + 8 + 5 * M * item + search_logs,
                         per_seed=UNIFORM_COPIES * spec.log_every * nu * item + 32,
                         report_stats=3 * M * item + 4, report_seed=M * item + 1,
                         finals=2 * M * item + 4, carry=state + 8 + M * item,

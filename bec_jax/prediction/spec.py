@@ -165,7 +165,8 @@ class ScheduleSpec:
 
 # The spec's own fields (everything else in a table is a hyperparameter).
 FIELDS = ("env", "algorithm", "hyperparameters", "env_params", "points", "schedule", "seeds", "steps",
-          "log_every", "sampler", "metrics", "dtype", "seed", "seed_offset", "divergence_bound")
+          "log_every", "sampler", "metrics", "dtype", "seed", "seed_offset", "divergence_bound", "search")
+SEARCH_FIELDS = ("method", "rate", "rungs", "min_steps")
 
 
 class SweepSpec:
@@ -193,6 +194,14 @@ class SweepSpec:
       seed_offset: seed i of the sweep is stream `seed_offset + i` of the base
         seed (fresh seeds, disjoint from another sweep's, for confirmation runs);
       divergence_bound: a run whose parameters pass it is frozen and flagged.
+      search: None (every point runs all its steps), or a successive-halving
+        search of the grid (`engine.search`, ranked by the area under the
+        first metric's curve so far): {"method": "halving", "rate": eta
+        (default 3), "rungs": R (default: as many as the grid and the steps
+        allow), "min_steps": the first rung's least steps (default one log
+        block)}; every point of the grid in one call. Not for a grid whose
+        points need several programs (model shapes or static
+        hyperparameters that differ). `to_dict` leaves it out when None.
 
     The grid order: environment parameters vary slowest, then the algorithm's
     hyperparameters in their declared order (the last fastest).
@@ -204,8 +213,9 @@ class SweepSpec:
                  env_params: dict | None = None, points=None, schedule=None, seeds: int = 50,
                  steps: int = 1000, log_every: int = 10, sampler: str = "markov", metrics=("rmscbe",),
                  dtype: str = "float32", seed: int = 0, seed_offset: int = 0, divergence_bound: float = 1e6,
-                 **grid):
+                 search: dict | None = None, **grid):
         d = object.__setattr__
+        d(self, "search", search)
         d(self, "env", env)
         d(self, "algorithm", algorithm)
         d(self, "seeds", seeds)
@@ -307,6 +317,52 @@ class SweepSpec:
                 models[key] = envs.build(self.env, **p)
         d(self, "_models", models)
         self._check_ranges(alg)
+        if self.search is not None:
+            self._check_search()
+
+    def _check_search(self) -> None:
+        """The search's fields, normalized in place (defaults filled in), and
+        its schedule built once: a one-line `ValueError` naming the field
+        where the grid or the steps do not allow it."""
+        from bec_jax.engine import search
+        from bec_jax.prediction.plan import plan_groups
+
+        s = self.search
+        if not isinstance(s, Mapping):
+            raise ValueError(f"search: a table of the search's settings, got {s!r}")
+        unknown = sorted(set(s) - set(SEARCH_FIELDS), key=str)
+        if unknown:
+            raise ValueError(f"search.{_key(unknown[0])}: not a setting of a search; known: {', '.join(SEARCH_FIELDS)}")
+        if s.get("method", "halving") not in search.METHODS:
+            raise ValueError(f"search: one of {', '.join(search.METHODS)}, got {s.get('method')!r}")
+        min_steps = s.get("min_steps")
+        if min_steps is not None and (not is_int(min_steps) or not 1 <= min_steps <= self.steps):
+            raise ValueError(f"min_steps: an integer in [1, steps = {self.steps}], got {min_steps!r}")
+        groups = len(plan_groups(self))
+        if groups > 1:
+            raise ValueError(f"search: the grid's points need {groups} programs (their models' sizes or static "
+                             "hyperparameters differ) and a search ranks the points of one; search each as its own "
+                             "sweep")
+        norm = {"method": "halving", "rate": s.get("rate", search.DEFAULT_RATE), "rungs": s.get("rungs"),
+                "min_steps": None if min_steps is None else int(min_steps)}
+        object.__setattr__(self, "search", norm)
+        self.search_schedule()
+
+    def search_unit(self) -> int:
+        """The log blocks a search advances at once: 1 (a rung may end at any log block)."""
+        return 1
+
+    def search_schedule(self):
+        """The search's rungs (`engine.search.schedule`) over the run's
+        steps / log_every log blocks (None without a search)."""
+        from bec_jax.engine import search
+
+        s = self.search
+        if s is None:
+            return None
+        min_blocks = 1 if s["min_steps"] is None else -(-s["min_steps"] // self.log_every)
+        return search.schedule(self.num_points, self.steps // self.log_every, self.search_unit(), s["rate"],
+                               s["rungs"], min_blocks)
 
     def _check_ranges(self, alg: Algorithm) -> None:
         """Every number the run casts to `dtype` (hyperparameters, schedule.t0, the
@@ -523,6 +579,7 @@ class SweepSpec:
             "log_every": self.log_every, "sampler": self.sampler, "metrics": list(self.metrics),
             "dtype": self.dtype, "seed": self.seed, "seed_offset": self.seed_offset,
             "divergence_bound": self.divergence_bound,
+            **({"search": dict(self.search)} if self.search is not None else {}),
         }
 
     def replace(self, **changes) -> "SweepSpec":

@@ -62,9 +62,6 @@ SERIAL_FUSIONS = False  # its CPU programs keep XLA's parallel task assigner
 _FRONT = sys.modules[__name__]  # this module: the front the engine is handed
 
 # The engine's hooks (`engine.protocol.Engine`) that live in the prediction package.
-plan_chunk = planning.plan_chunk
-plan = planning.plan
-num_chunks = planning.num_chunks
 chunk_grid = planning.chunk_grid
 updates = planning.updates
 make_program = programs.make_program
@@ -117,10 +114,13 @@ def _unbounded_where_diverged(cat: dict, logs: bool = True) -> dict:
 
 def _check_finite(cat: dict) -> None:
     """Warns when a statistic is NaN or a surviving run's final value is not finite:
-    the divergence check should have caught such a run, so the numbers are suspect."""
+    the divergence check should have caught such a run, so the numbers are suspect.
+    A search's points stopped early (alive -1 where they did not run: NaN
+    statistics and finals) are not suspect."""
     # Memory-mapped logs were checked segment by segment as they were written.
-    bad = {k: int(np.isnan(cat[k]).sum()) for k in ("mean", "std", "sem") if not isinstance(cat[k], np.memmap)}
-    alive_final = (cat["diverged_step"] < 0)[:, None, :]
+    bad = {k: int((np.isnan(cat[k]) & (cat["alive"] >= 0)[:, None, :]).sum()) for k in ("mean", "std", "sem")
+           if not isinstance(cat[k], np.memmap)}
+    alive_final = ((cat["diverged_step"] < 0) & (np.asarray(cat["alive"][:, -1:]) >= 0))[:, None, :]
     bad["final of surviving seeds"] = int((~np.isfinite(cat["final"]) & alive_final).sum())
     bad = {k: v for k, v in bad.items() if v}
     if bad:
@@ -130,8 +130,43 @@ def _check_finite(cat: dict) -> None:
 
 
 def plan_memory(spec: SweepSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
-    """The memory plan of `spec` (`memory.plan`, with a prediction sweep's sizes, `prediction.sizes`)."""
-    return prediction_sizes.plan_memory(spec, n_devices, **kwargs)
+    """The memory plan of `spec` (`memory.plan`, with a prediction sweep's sizes, `prediction.sizes`).
+    A search's: every grid point and seed in one call on one device, no time
+    segments; a one-line `memory.TooLarge` where that does not fit."""
+    if spec.search is None:
+        return prediction_sizes.plan_memory(spec, n_devices, **kwargs)
+    kwargs = {**kwargs, "chunk_size": spec.num_points, "seed_chunk": None, "segment_blocks": log_blocks(spec)}
+    pl = prediction_sizes.plan_memory(spec, 1, **kwargs)
+    if pl.seeds < spec.seeds or pl.device_bytes > pl.budget:
+        raise memory.TooLarge(f"memory_budget: a search runs every grid point's runs in one call: {spec.num_points} "
+                              f"points x {spec.seeds} seeds x {log_blocks(spec)} log blocks need about "
+                              f"{memory.human(pl.device_bytes)} of device memory; the budget is "
+                              f"{memory.human(pl.budget)}; raise --memory-budget, or use fewer seeds, grid points or "
+                              "log points (a larger log_every)")
+    return pl
+
+
+def plan_chunk(spec: SweepSpec, chunk_size: int | None = None, n_devices: int = 1,
+               memory_budget: int | None = None) -> int:
+    """Grid points per compiled call (`prediction.plan.plan_chunk`); a search's: every point, in one call."""
+    if spec.search is not None:
+        return spec.num_points
+    return planning.plan_chunk(spec, chunk_size, n_devices, memory_budget)
+
+
+def plan(spec: SweepSpec, chunk: int) -> tuple[list[Group], list[Chunk]]:
+    """The groups and chunks (`prediction.plan.plan`); a search's: its one
+    group in one chunk, unpadded (the search ranks every point, and only them)."""
+    if spec.search is not None:
+        (group,) = planning.plan_groups(spec)
+        G = spec.num_points
+        return [group], [Chunk(0, np.arange(G), G)]
+    return planning.plan(spec, chunk)
+
+
+def num_chunks(spec: SweepSpec, chunk: int) -> int:
+    """How many compiled calls a sweep of `spec` makes with chunks of `chunk` points."""
+    return len(plan(spec, chunk)[1])
 
 
 def fingerprints(spec: SweepSpec) -> list[str]:
@@ -192,7 +227,8 @@ def assemble(spec: SweepSpec, groups: list[Group], chunks: list[Chunk], results:
         mean=np.moveaxis(cat["mean"], 0, 1), std=np.moveaxis(cat["std"], 0, 1),
         sem=np.moveaxis(cat["sem"], 0, 1), alive=cat["alive"],
         final=np.moveaxis(cat["final"], 0, 1), diverged_step=cat["diverged_step"],
-        auc_seed=np.moveaxis(cat["auc_seed"], 0, 1) if "auc_seed" in cat else None, meta=dict(meta or {}))
+        auc_seed=np.moveaxis(cat["auc_seed"], 0, 1) if "auc_seed" in cat else None, meta=dict(meta or {}),
+        stopped_rung=cat.get("stopped_rung"), rung_scores=cat.get("rung_scores"))
 
 
 def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
@@ -252,6 +288,8 @@ def run(spec: SweepSpec, *, chunk_size: int | None = None, devices=None,
     """
     check_dtype(spec)
     devices = list(devices) if devices is not None else jax.devices()
+    if spec.search is not None:  # every point in one call, on one device
+        devices, chunk_size = devices[:1], None
     if chunk_size is not None:
         chunk_size = plan_chunk(spec, chunk_size, len(devices))
     pl = memory_plan or plan_memory(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
@@ -273,10 +311,17 @@ def _meta(spec: SweepSpec, devices, pl, groups: list[Group], chunks: list[Chunk]
     layout = {"num_programs": len(groups), "seeds_per_call": pl.seeds, "blocks_per_segment": pl.blocks,
               "memory_estimate": {"device_bytes_per_call": pl.device_bytes, "host_bytes": pl.host_bytes,
                                   "disk_bytes": pl.disk_bytes, "budget": pl.budget}}
-    work = {"updates": spec.num_points * spec.seeds * spec.steps,
-            "updates_per_s": (ran.computed_points * spec.seeds * spec.steps / ran.run_time_s
-                              if ran.run_time_s > 0 and ran.computed_points else None),
-            "env_fingerprints": sorted({fingerprint(m) for g in groups for m in g.models})}
+    full = spec.num_points * spec.seeds * spec.steps
+    updates, computed, more = full, ran.computed_points * spec.seeds * spec.steps, {}
+    if spec.search is not None:  # the updates the search ran: each rung's points for its steps
+        sched = spec.search_schedule()
+        updates = sched.run_blocks(spec.seeds) * spec.log_every
+        computed = updates if ran.computed_points else 0
+        more["search"] = {**spec.search, "rung_steps": [e * spec.log_every for e in sched.ends],
+                          "rung_points": list(sched.points), "full_run_steps": full, "search_run_steps": updates}
+    work = {"updates": updates,
+            "updates_per_s": computed / ran.run_time_s if ran.run_time_s > 0 and computed else None,
+            "env_fingerprints": sorted({fingerprint(m) for g in groups for m in g.models}), **more}
     return run_meta(devices, pl.grid, len(chunks), ran, resumed, layout, work)
 
 
@@ -290,6 +335,8 @@ def joint_key(spec, devices) -> tuple | None:
     front's, several chunks, groups or calls, logs too large to hold, or
     several processes)."""
     if getattr(spec, "KIND", None) != KIND or jax.process_count() > 1:  # another front's sweep runs on its own
+        return None
+    if spec.search is not None:  # a search is a program of its own (every point in one call)
         return None
     groups = planning.plan_groups(spec)
     if len(groups) != 1:

@@ -95,7 +95,7 @@ def one_point(spec, point: dict, seeds: int, seed_offset: int):
     `confirm` where the point does not rebuild as one."""
     d = spec.to_dict()
     if "points" in d:  # a grid given as a list of points (a prediction sweep's)
-        return spec.replace(points=[point], seeds=seeds, seed_offset=seed_offset)
+        return spec.replace(points=[point], seeds=seeds, seed_offset=seed_offset, search=None)
     d = {k: v for k, v in d.items() if k != "kind"}
     holders = [d.get(k) or {} for k in ("hyperparameters", "task_axes", "task_params")]
     for name, v in point.items():
