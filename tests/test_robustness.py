@@ -427,8 +427,10 @@ def test_spec_from_dict_accepts_or_raises_value_error(d):
 
 # ============================================== 3 and 4. interruption, determinism
 
+# 5000 steps: a chunk's call takes long enough for the signal to land between the first chunk and the last
+# (20 log points, as at 20000 steps); the run's time is its steps' (small chunks of 100 seeds a device).
 GRID = ["--env", "boyan_chain", "--algorithm", "ctd", "--alpha", "0.001,0.002,0.005,0.01,0.02,0.05,0.1,0.2",
-        "--beta", "0.01,0.02,0.05,0.1,0.2", "--steps", "20000", "--seeds", "100", "--log-every", "1000",
+        "--beta", "0.01,0.02,0.05,0.1,0.2", "--steps", "5000", "--seeds", "100", "--log-every", "250",
         "--metrics", "rmscbe,rmsve"]
 NUM_CHUNKS = 20  # 40 points, --chunk-size 1 rounded up to the 2 CPU devices the CLI uses
 
@@ -502,7 +504,7 @@ def test_interrupt_then_resume_is_bit_identical(reference, cli_env, tmp_path, ca
     assert manifest["chunk_size"] == 2 and manifest["num_chunks"] == NUM_CHUNKS
     # Resuming refuses a different spec or chunk size before touching anything, and
     # a plain rerun refuses the non-empty directory (checked in-process: faster).
-    other = ["10000" if a == "20000" else a for a in GRID]
+    other = ["2500" if a == "5000" else a for a in GRID]
     for argv, start in ((other + ["--resume"], "steps: differs from the interrupted run"),
                         (GRID + ["--chunk-size", "4", "--resume"], "chunk_size: the interrupted run used"),
                         (GRID, "out: ")):
