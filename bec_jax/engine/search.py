@@ -38,6 +38,7 @@ import numpy as np
 
 METHODS = ("halving",)
 DEFAULT_RATE = 3
+_UNITS = "units_run"  # `halving`'s count of each run's advanced blocks, with `Stages.more`
 
 
 class Stages(NamedTuple):
@@ -60,6 +61,16 @@ class Stages(NamedTuple):
     a leading axis of `batch` rows, consecutive runs, point-major) and
     vectorise it themselves, where the front's step shares work among runs
     (prediction's transitions, drawn once per seed for every grid point).
+
+    `more`, where a run may end before its last block (an episodic run ends
+    with its last episode): more(carry, lane, end) -> bool, whether the run
+    needs more of `advance` before block `end`, its rung's end. A rung's batch
+    of runs then advances `unit` blocks at a time while any of its running
+    runs needs more (a run that needs no more waits in its batch, and the
+    front's advance must leave what it reports unchanged by that), j0 counts
+    the batch's calls (each run keeps its own clock in its carry), advance's
+    logs are dropped, and a run's logs are its finals: `finish` of its carry
+    at the end of each rung it ran, {name: (points, seeds, ...)} for `score`.
     """
 
     start: Callable
@@ -69,6 +80,7 @@ class Stages(NamedTuple):
     batch: int
     unit: int = 1
     batched: bool = False
+    more: Callable | None = None
 
 
 class Schedule(NamedTuple):
@@ -156,7 +168,10 @@ def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: 
     where a point did not run, {final name: (points, seeds, ...)} NaN for the
     points stopped early, "stopped_rung" (points,) int32 (the last rung each
     point ran; rungs - 1 for the survivors) and "rung_scores" (points, rungs)
-    (NaN where a point was not scored)."""
+    (NaN where a point was not scored). With `Stages.more`: {final name:
+    (points, seeds, ...)}, each point's finals at the end of the last rung it
+    ran, and "units_run" (points, seeds) int32, the blocks each run was
+    advanced while its point ran (its batch's calls x unit: the work done)."""
     R, N, u = sched.rungs, seeds, stages.unit
     last = sched.points[-1] * N
     B = max(1, min(stages.batch, points * N))
@@ -166,10 +181,19 @@ def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: 
     lanes = _rows(lanes, jnp.asarray(pad))
     carry = _in_batches(stages, stages.start, B, lanes)
     one = B if stages.batched else 1
-    step = (lambda c, x: stages.advance(c, x, 0, u)) if stages.batched else jax.vmap(
-        lambda c, x: stages.advance(c, x, 0, u))
-    shapes = jax.eval_shape(step, _rows(carry, jnp.arange(one)), _rows(lanes, jnp.arange(one)))[1]
-    logs = {n: jnp.full((points, N, blocks) + s.shape[2:], jnp.nan, s.dtype) for n, s in shapes.items()}
+    until = stages.more is not None
+    if until:
+        finish = stages.finish if stages.batched else jax.vmap(stages.finish)
+        more = stages.more if stages.batched else jax.vmap(stages.more, in_axes=(0, 0, None))
+        shapes = jax.eval_shape(finish, _rows(carry, jnp.arange(one)), _rows(lanes, jnp.arange(one)))
+        logs = {n: jnp.full((points, N) + s.shape[1:], jnp.nan if jnp.issubdtype(s.dtype, jnp.floating) else 0,
+                            s.dtype) for n, s in shapes.items()}
+        logs[_UNITS] = jnp.zeros((points, N), jnp.int32)
+    else:
+        step = (lambda c, x: stages.advance(c, x, 0, u)) if stages.batched else jax.vmap(
+            lambda c, x: stages.advance(c, x, 0, u))
+        shapes = jax.eval_shape(step, _rows(carry, jnp.arange(one)), _rows(lanes, jnp.arange(one)))[1]
+        logs = {n: jnp.full((points, N, blocks) + s.shape[2:], jnp.nan, s.dtype) for n, s in shapes.items()}
     ends_u = jnp.asarray([e // u for e in sched.ends], jnp.int32)
     counts = jnp.asarray(sched.points + (sched.points[-1],), jnp.int32)  # the points of rung r and of the next
     advance = stages.advance if stages.batched else jax.vmap(stages.advance, in_axes=(0, 0, None, None))
@@ -187,21 +211,33 @@ def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: 
             live = rows < k * N
             pts = jnp.where(live, order[jnp.minimum(rows // N, points - 1)], points)  # points: out of range, dropped
 
-            def unit(j, st2):
-                c, logs = st2
-                c, ys = advance(c, x, j * u, u)
-                cols = j * u + jnp.arange(u)
-                logs = {n: logs[n].at[pts[:, None], (rows % N)[:, None], cols[None, :]].set(ys[n], mode="drop")
-                        for n in logs}
-                return c, logs
+            if until:  # the batch's running runs until none needs more; their finals are their logs
+                def call(st2):
+                    i, c = st2
+                    return i + 1, advance(c, x, i * u, u)[0]
 
-            c, logs = jax.lax.fori_loop(u0, ends_u[r], unit, (c, logs))
+                calls, c = jax.lax.while_loop(lambda st2: jnp.any(live & more(st2[1], x, ends_u[r] * u)), call,
+                                              (jnp.int32(0), c))
+                f = finish(c, x)
+                logs = {**{n: logs[n].at[pts, rows % N].set(f[n], mode="drop") for n in f},
+                        _UNITS: logs[_UNITS].at[pts, rows % N].add(calls * u, mode="drop")}
+            else:
+                def unit(j, st2):
+                    c, logs = st2
+                    c, ys = advance(c, x, j * u, u)
+                    cols = j * u + jnp.arange(u)
+                    logs = {n: logs[n].at[pts[:, None], (rows % N)[:, None], cols[None, :]].set(ys[n], mode="drop")
+                            for n in logs}
+                    return c, logs
+
+                c, logs = jax.lax.fori_loop(u0, ends_u[r], unit, (c, logs))
             carry = jax.tree_util.tree_map(lambda v, w: jax.lax.dynamic_update_slice_in_dim(v, w, b * B, 0), carry, c)
             return carry, logs
 
         carry, logs = jax.lax.fori_loop(0, (k * N + B - 1) // B, batch, (carry, logs))
         running = jnp.zeros((points,), bool).at[order].set(jnp.arange(points) < k)
-        s = stages.score(logs, jnp.arange(blocks) < ends_u[r] * u).astype(jnp.float32)
+        s = stages.score({n: v for n, v in logs.items() if n != _UNITS}, jnp.arange(blocks) < ends_u[r] * u)
+        s = s.astype(jnp.float32)
         s = jnp.where(running, s, jnp.nan)
         scores = jnp.where((jnp.arange(R) == r)[None, :] & (r < R - 1), s[:, None], scores)
         # Survivors first: running, then the score descending (not finite: last), then the grid index.
@@ -217,6 +253,9 @@ def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: 
     state = (carry, lanes, logs, jnp.arange(points, dtype=jnp.int32), jnp.full((points,), R - 1, jnp.int32),
              jnp.full((points, R), jnp.nan, jnp.float32))
     carry, lanes, logs, order, stopped, scores = jax.lax.fori_loop(0, R, rung, state)
+    if until:  # every point's finals are those of its last rung
+        out = {n: v for n, v in logs.items() if n != _UNITS}
+        return {**out, "units_run": logs[_UNITS], "stopped_rung": stopped, "rung_scores": scores}
     finals = _in_batches(stages, stages.finish, B, carry, lanes)
     out = dict(logs)
     rows = jnp.arange(n_pad)
