@@ -276,7 +276,7 @@ DRIVER = textwrap.dedent("""
     from bec_jax.cli import commands as cli
     from bec_jax.engine import memory
     from bec_jax.run import runner
-    memory.SEGMENT_UPDATES = 100_000   # segments of a few milliseconds
+    memory.SEGMENT_UPDATES = 400_000   # 20 segments of 1000 log blocks, a fraction of a second each
     runner.CHECKPOINT_EVERY_S = 0.0    # a checkpoint after every segment: the test sees the run going
     sys.exit(cli.main(sys.argv[1:]))
 """)
