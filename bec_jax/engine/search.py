@@ -161,6 +161,21 @@ def _in_batches(stages: Stages, fn: Callable, B: int, *trees):
     return jax.tree_util.tree_map(lambda x: x.reshape((n * B,) + x.shape[2:]), out)
 
 
+def _rank(s, running, order, keep, seeds: int, n_pad: int) -> tuple:
+    """(order, out, perm) after a rung scored the points `s`: the points
+    survivors first (running, then the score descending, not finite last,
+    then the grid index), `out` the running points past the first `keep`, and
+    the runs' rows (`order`'s layout: point-major, padding last) in the new
+    order."""
+    points = s.shape[0]
+    key = jnp.where(jnp.isfinite(s), s, -jnp.inf)
+    new = jnp.lexsort((jnp.arange(points), -key, ~running)).astype(jnp.int32)
+    rank = jnp.zeros((points,), jnp.int32).at[new].set(jnp.arange(points, dtype=jnp.int32))
+    where = jnp.zeros((points,), jnp.int32).at[order].set(jnp.arange(points, dtype=jnp.int32))
+    perm = (where[new][:, None] * seeds + jnp.arange(seeds)[None, :]).reshape(-1)
+    return new, running & (rank >= keep), jnp.concatenate([perm, jnp.arange(points * seeds, n_pad)])
+
+
 def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: Schedule) -> dict:
     """The search, traced (call it inside the front's program): `lanes` the
     inputs of every run, a pytree with leading axis points * seeds
@@ -237,17 +252,10 @@ def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: 
         carry, logs = jax.lax.fori_loop(0, (k * N + B - 1) // B, batch, (carry, logs))
         running = jnp.zeros((points,), bool).at[order].set(jnp.arange(points) < k)
         s = stages.score({n: v for n, v in logs.items() if n != _UNITS}, jnp.arange(blocks) < ends_u[r] * u)
-        s = s.astype(jnp.float32)
-        s = jnp.where(running, s, jnp.nan)
+        s = jnp.where(running, s.astype(jnp.float32), jnp.nan)
         scores = jnp.where((jnp.arange(R) == r)[None, :] & (r < R - 1), s[:, None], scores)
-        # Survivors first: running, then the score descending (not finite: last), then the grid index.
-        key = jnp.where(jnp.isfinite(s), s, -jnp.inf)
-        new = jnp.lexsort((jnp.arange(points), -key, ~running)).astype(jnp.int32)
-        rank = jnp.zeros((points,), jnp.int32).at[new].set(jnp.arange(points, dtype=jnp.int32))
-        stopped = jnp.where(running & (rank >= counts[r + 1]), r, stopped)
-        where = jnp.zeros((points,), jnp.int32).at[order].set(jnp.arange(points, dtype=jnp.int32))
-        perm = (where[new][:, None] * N + jnp.arange(N)[None, :]).reshape(-1)
-        perm = jnp.concatenate([perm, jnp.arange(n_runs, n_pad)])
+        new, out, perm = _rank(s, running, order, counts[r + 1], N, n_pad)
+        stopped = jnp.where(out, r, stopped)
         return _rows(carry, perm), _rows(lanes, perm), logs, new, stopped, scores
 
     state = (carry, lanes, logs, jnp.arange(points, dtype=jnp.int32), jnp.full((points,), R - 1, jnp.int32),
