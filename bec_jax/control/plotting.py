@@ -175,7 +175,8 @@ def plot_results(results: dict, out_dir: str, stat: str | None = None, select: d
     of the points `select` names) by episode and by step on one figure
     (`<prefix>curves.png/pdf`) and the sensitivity to the first grid column
     (`<prefix>sensitivity.png/pdf`); a result with task axes at each of their
-    values (`by_task_value`). Returns the paths."""
+    values (`by_task_value`); a search's rungs (`<prefix>rungs_<label>`,
+    `rungs`). Returns the paths."""
     stat = check_stat(stat)
     results = by_task_value(results)
     points = chosen_points(results, stat, select)
@@ -190,7 +191,67 @@ def plot_results(results: dict, out_dir: str, stat: str | None = None, select: d
     fig, axes = new_figure(1, 1)
     sensitivity(axes[0, 0], results, over, stat, title=title)
     fig.tight_layout()
-    return paths + save_figure(fig, out_dir, f"{prefix}sensitivity")
+    paths += save_figure(fig, out_dir, f"{prefix}sensitivity")
+    for key, r in results.items():
+        if r.stopped_rung is not None:  # a search: its rungs
+            fig, axes = new_figure(1, 1, panel=(7.0, 4.6))
+            rungs(axes[0, 0], r, title=f"{key} on {r.task}: successive halving, {int(r.stopped_rung.max()) + 1} rungs")
+            fig.tight_layout()
+            paths += save_figure(fig, out_dir, f"{prefix}rungs_{key}")
+    return paths
+
+
+def search_metric(r) -> str:
+    """What a search's rungs ranked `r`'s points by ("return" or "length";
+    "return", the control command's choice, for a full sweep)."""
+    return ((r.spec_dict or {}).get("search") or {}).get("metric", "return")
+
+
+def rungs(ax, r, title: str = "") -> None:
+    """On `ax`: a search's rungs (`engine.search`, `control.program.searched`):
+    each grid point's score at every rung it ran (its mean return, or steps,
+    per episode over the episodes finished so far) against the rung's end
+    step, one grey line a point that stopped, one coloured line a point that
+    ran to its end (drawn at the last rung's step, the budget), the chosen
+    point's whole-run value marked."""
+    stat = search_metric(r)
+    R = r.rung_scores.shape[1]
+    ends = np.asarray(r.meta.get("search", {}).get("rung_steps") or np.arange(1, R + 1), np.float64)
+    last = int(np.max(r.stopped_rung))
+    sign = 1.0 if BETTER[stat] == "higher" else -1.0  # the scores of steps are negated (higher is better)
+    finals = r.auc(stat)
+    for i in np.argsort(r.stopped_rung, kind="stable"):
+        y = sign * np.asarray(r.rung_scores[i], np.float64)
+        survived = r.stopped_rung[i] == last
+        if survived:
+            y[last] = finals[i]
+        ax.plot(ends, y, marker="o", ms=2.5, lw=0.9 if survived else 0.5, color=None if survived else "0.7",
+                alpha=1.0 if survived else 0.6, label=setting(r, i) if survived else None, zorder=2 if survived else 1)
+    if np.isfinite(finals).any():
+        b = r.best_index(stat)
+        ax.plot([ends[last]], [finals[b]], marker="*", ms=12, color="k", ls="none", label=f"chosen: {setting(r, b)}")
+    ax.set_xscale("log")
+    ax.set_xlabel("step at the rung's end (the last: the runs' ends)")
+    ax.set_ylabel(f"mean {STAT_LABELS[stat]} so far (the rung's score)", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6)
+
+
+def search_line(r) -> str:
+    """A search's line (`engine.search`; "" for a full sweep): its metric,
+    rungs and the points each ran, and the run-steps it computed against the
+    full grid's (at least: `control.sweep.search_meta`)."""
+    s = r.meta.get("search")
+    if r.stopped_rung is None or not s:
+        return ""
+    spent, full = s["search_run_steps"], s["full_run_steps_at_least"]
+    steps = s["rung_steps"]
+    return (f"successive halving at rate {s['rate']:g} by {STAT_LABELS[s['metric']]}: {len(steps)} rungs ending at "
+            f"steps {', '.join(f'{x:,}' for x in steps[:-1])} and the runs' ends (at most {steps[-1]:,}) with "
+            f"{' -> '.join(map(str, s['rung_points']))} points; {spent:,} run-steps, "
+            + (f"at most {spent / full:.3f}x the full grid's" if full else "against the full grid's")
+            + f" (at least {full:,}: every run as long as its slowest)")
 
 
 def plot_result(r, out_dir: str, stat: str | None = None) -> list[str]:

@@ -112,11 +112,13 @@ SEED_INDEX = "seed_index"  # a run's seed, in a program's grid input (`grid_inpu
 REPORTED = ("omega", "rbar")  # a learner's scalars reported per run as "omega" (`outputs`)
 
 
-def member(spec: ControlSpec, task, alg=None, branches: str = "cond") -> Member:
+def member(spec: ControlSpec, task, alg=None, branches: str = "cond", shared_counter: bool = True) -> Member:
     """The member of `spec`: its algorithm (or `alg`, an algorithm `spec`'s is a
     case of, run with every one of its hyperparameters as a column: `fusion`),
     its state's batch axes and one step of every (grid point, seed) run with the
-    resets of finished episodes (`branches`: as `tuning.KernelForm.branches`)."""
+    resets of finished episodes (`branches`: as `tuning.KernelForm.branches`).
+    With `shared_counter` False the update counter is per run too (a search's
+    runs are at different steps: `search_stages`); it holds the same numbers."""
     alg_names = spec.algorithm_names if alg is None else alg.names
     alg = spec.algorithm_def if alg is None else alg
     dtype = jnp.dtype(spec.dtype)
@@ -124,7 +126,7 @@ def member(spec: ControlSpec, task, alg=None, branches: str = "cond") -> Member:
     template = jax.eval_shape(alg.init, jax.ShapeDtypeStruct((task.num_features,), dtype))
     if not hasattr(template, alg.weights):
         raise ValueError(f"algorithm: {alg.name} declares weights {alg.weights!r}, but its state has no such field")
-    axes = state_axes(template, alg.counter)
+    axes = state_axes(template, alg.counter if shared_counter else None)
     if spec.task_axes_traced:
         # Every value of the task axes in this one program: each run builds its
         # task from its own columns (sizes, cap and discount are the same for
@@ -289,7 +291,8 @@ def live(sh: Shared, carry) -> jax.Array:
 
 
 def member_block(sh: Shared, m: Member, cols: dict, run_keys, j, carry):
-    """Block j of `sh.block` steps of every run of member `m`; a run that left
+    """Block j of `sh.block` steps of every run of member `m` (`j` a scalar, or
+    (R,) each run's own block: a search's); a run that left
     the bound during the block goes back to the block's start and stays there,
     flagged with the block's last step (with `m.branches` "cond" the select
     over every state runs only when some run needs it). The log is not
@@ -298,9 +301,10 @@ def member_block(sh: Shared, m: Member, cols: dict, run_keys, j, carry):
     clears the entries past it."""
     K = sh.block
     learner, ls, log, dstep = carry
+    per_run = jnp.ndim(j) > 0  # a search's runs each at its own block (`search_stages`)
 
     def one(c, i):
-        keys_t = jax.vmap(jax.random.fold_in, in_axes=(0, None))(run_keys, j * K + i)
+        keys_t = jax.vmap(jax.random.fold_in, in_axes=(0, 0 if per_run else None))(run_keys, j * K + i)
         return m.step_all(c, keys_t, cols), None
 
     (nl, nls, nlog), _ = jax.lax.scan(one, (learner, ls, log), jnp.arange(K, dtype=jnp.int32))
@@ -385,6 +389,149 @@ def runs(sh: Shared, members: list[Member], keep_state: bool, seed, grids: tuple
 
 
 
+# -- successive halving (`engine.search`) ------------------------------------------
+# A search's rungs end at steps of the runs' step budget: rung r runs its
+# points' runs up to block ends[r] (a run that has finished its episodes
+# stops), the last rung until their ends, as the full grid's loop runs every
+# run until it has finished its episodes. Its runs are this module's member
+# and block, a batch of runs at a time, each run at its own block (its steps'
+# keys are its own), so a survivor's episodes are the full grid's, bit for bit.
+
+def search_lanes(spec: ControlSpec, seed, grid: dict) -> tuple:
+    """(G, lanes): every run's inputs for a search, one flat batch of G N runs,
+    point-major (`grid_inputs`' order): its seed's initial-state and stream
+    keys (`runs`' keys) and its grid columns."""
+    N = spec.seeds
+    keys = threefry.fused(per_seed_keys(seed, N, spec.seed_offset))
+    init_keys, stream_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+    seed_index = grid[SEED_INDEX]
+    cols = {n: v for n, v in grid.items() if n != SEED_INDEX}
+    return seed_index.shape[0] // N, (init_keys[seed_index], stream_keys[seed_index], cols)
+
+
+def finished_by(lengths: jax.Array, steps) -> jax.Array:
+    """(..., E) True for the episodes a run had finished within its first
+    `steps` steps (episodes follow each other: episode k ends at the sum of
+    the first k lengths)."""
+    return (lengths > 0) & (jnp.cumsum(lengths, axis=-1) <= steps)
+
+
+def search_score(spec: ControlSpec) -> Callable:
+    """The search's score hook (`engine.search.Stages.score`): from every run's
+    episodes and divergence {returns, lengths: (points, seeds, E),
+    diverged_step: (points, seeds)} and `valid` (blocks,), the blocks run so
+    far, each point's mean over its seeds of each run's mean return per
+    episode over the episodes it finished within those steps (the search's
+    metric "return"), or of its steps per episode negated ("length": fewer is
+    better); -inf for a point with a run that finished none, or whose weights
+    left the bound within them (`ControlResult.auc` never picks such a point)."""
+    metric, K = spec.search["metric"], spec.block_steps
+
+    def fn(logs: dict, valid: jax.Array):
+        steps = valid.sum() * K
+        by = finished_by(logs["lengths"], steps)
+        n = by.sum(-1)
+        if metric == "return":
+            per_run = jnp.where(by, logs["returns"], 0).sum(-1) / n
+        else:
+            per_run = -(jnp.where(by, logs["lengths"], 0).sum(-1) / n)
+        dstep = logs["diverged_step"]
+        bad = ((n == 0) | ((dstep >= 0) & (dstep <= steps))).any(-1)
+        return jnp.where(bad, -jnp.inf, per_run.mean(-1))
+
+    return fn
+
+
+def search_stages(spec: ControlSpec, task, batch: int, branches: str = "cond"):
+    """This front's `engine.search.Stages`, batched (each hook takes a batch
+    of `batch` runs) and run to a rung's end (`more`): start: `init_member`'s
+    carry and each run's block, 0; advance: one block of `member_block`, each
+    run at its own block, a run at its step budget (`Shared.max_blocks`) held
+    where it is; more: whether a run is before the rung's end block, has not
+    finished its episodes and has not diverged; finish: `outputs` (returns,
+    lengths, diverged_step, omega); score: `search_score`. The update counter
+    is per run (`member`'s shared_counter False)."""
+    from bec_jax.engine import search
+
+    sh = shared([spec])
+    m = member(spec, task, None, branches, shared_counter=False)
+
+    def start(lanes):
+        init_keys, _, cols = lanes
+        R = init_keys.shape[0]
+        return (*init_member(sh, m, init_keys, jnp.arange(R), cols), jnp.zeros((R,), jnp.int32))
+
+    def advance(carry, lanes, j0, n: int):
+        _, stream_keys, cols = lanes
+        state, j = tuple(carry[:4]), carry[4]
+        for _ in range(n):
+            new = member_block(sh, m, cols, stream_keys, j, state)
+            stuck = j >= sh.max_blocks  # the full grid's loop ends there: such a run waits, unchanged
+            state = divergence.skippable(m.branches == "cond", jnp.any(stuck),
+                                         lambda: divergence.revert(~stuck, new, state), new)
+            j = j + (~stuck).astype(jnp.int32)
+        return (*state, j), {}
+
+    def more(carry, lanes, end):
+        _, ls, _, dstep, j = carry
+        return (dstep < 0) & (ls.episodes < sh.episodes) & (j < end)
+
+    def finish(carry, lanes):
+        return outputs(tuple(carry[:4]), m.axes, False)
+
+    return search.Stages(start=start, advance=advance, finish=finish, score=search_score(spec), batch=batch,
+                         batched=True, more=more)
+
+
+def search_batch(spec: ControlSpec) -> int:
+    """Runs a search advances together: the last rung's (its points x seeds),
+    so that later rungs cost what they run (a run's bits do not depend on
+    its batch; a batch waits for its slowest run)."""
+    return spec.search_schedule().points[-1] * spec.seeds
+
+
+def searched(spec: ControlSpec, seed, grid: dict, task=None, branches: str = "cond") -> dict:
+    """The spec's search over every point of the grid (`grid`: `grid_inputs`
+    of all of them): `engine.search.halving` on `search_stages`, rungs ending
+    at blocks of the step budget. {returns, lengths: (G, N, E),
+    diverged_step, omega: (G, N)} as the full grid's program gives them; a
+    point stopped early keeps the episodes its runs finished by its last
+    rung's end (returns NaN and lengths 0 after them, omega NaN,
+    diverged_step -1 unless its run diverged by then); plus "stopped_rung"
+    (G,), "rung_scores" (G, rungs) and "units_run" (G, N), the blocks each
+    run was advanced while its point ran (the search's work)."""
+    from bec_jax.engine import search
+
+    task = task if task is not None else spec.make_task()
+    G, lanes = search_lanes(spec, seed, grid)
+    sched = spec.search_schedule()
+    out = search.halving(search_stages(spec, task, search_batch(spec), branches), lanes, G, spec.seeds,
+                         sched.ends[-1], sched)
+    stopped = out["stopped_rung"]
+    survived = (stopped == sched.rungs - 1)[:, None]
+    steps = (jnp.asarray(sched.ends, jnp.int32) * spec.block_steps)[stopped][:, None]  # (G, 1) each point's last
+    kept = finished_by(out["lengths"], steps[..., None]) | survived[..., None]
+    out["returns"] = jnp.where(kept, out["returns"], jnp.nan)
+    out["lengths"] = jnp.where(kept, out["lengths"], 0)
+    out["diverged_step"] = jnp.where(survived | (out["diverged_step"] <= steps), out["diverged_step"], -1)
+    if "omega" in out:
+        out["omega"] = jnp.where(survived, out["omega"], jnp.nan)
+    return out
+
+
+def make_search_program(spec: ControlSpec, group=None, devices=None, branches: str | None = None) -> Program:
+    """The program (`engine.programs.Program`) of the spec's search: `fn(seed,
+    grid)` with `grid` the `grid_inputs` of every grid point, returning
+    `searched`'s outputs; one device, every point in one call."""
+    devices = list(devices) if devices is not None else jax.devices()
+    branches = branches or tuning.branches_for(devices[0].platform)
+    task = spec.make_task()
+
+    def program(seed, grid):  # the name XLA's module gets
+        return searched(spec, seed, grid, task, branches)
+
+    return Program(spec=spec, group=group, fn=jax.jit(program), chunk=spec.num_points, mesh=None)
+
 
 def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_state: bool = False,
                  group=None, fuse: bool = True, branches: str | None = None) -> Program:
@@ -433,5 +580,6 @@ def make_program(specs: list[ControlSpec], sizes: list[int], devices=None, keep_
 
 
 __all__ = ["REPORTED", "SEED_INDEX", "Fused", "Member", "Shared", "behaviour_columns", "by_point", "cases",
-           "fuse_columns", "fusion", "grid_inputs", "has_omega", "init_member", "live",
-           "make_program", "member", "member_block", "outputs", "run_ok", "runs", "shared", "unfuse"]
+           "fuse_columns", "fusion", "grid_inputs", "has_omega", "init_member", "live", "make_program",
+           "make_search_program", "member", "member_block", "outputs", "run_ok", "runs", "search_batch",
+           "finished_by", "search_lanes", "search_score", "search_stages", "searched", "shared", "unfuse"]

@@ -30,6 +30,7 @@ from bec_jax.stats import t_half_width_of, t_interval
 STATS = ("length", "return")
 # What is better for each statistic: fewer steps per episode, more return.
 BETTER = {"length": "lower", "return": "higher"}
+OPTIONAL = ("omega", "stopped_rung", "rung_scores")  # arrays of `curves.npz` a result may lack
 
 
 def values_text(values: dict) -> str:
@@ -54,6 +55,14 @@ class ControlResult(GridResult):
         centering's average reward; at its last step where it did not finish
         its episodes), or None.
       meta: timings, versions, machine and device.
+      stopped_rung: (G,) a search's last rung each point ran (`engine.search`;
+        rungs - 1 for the points that ran to their ends), None for a full
+        sweep; a point stopped early keeps the episodes its runs finished by
+        its last rung's end (returns NaN and lengths 0 after them) and is
+        never `valid`.
+      rung_scores: (G, rungs) a search's score of each point at each rung (its
+        mean return, or steps negated, per episode so far: the spec's search
+        metric; NaN where it was not scored), or None.
     """
 
     KIND = CONTROL_KIND  # the kind of sweep, as its spec's "kind" names it
@@ -67,6 +76,8 @@ class ControlResult(GridResult):
     omega: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
     spec_dict: dict | None = None
+    stopped_rung: np.ndarray | None = None
+    rung_scores: np.ndarray | None = None
 
     # -- views (and `GridResult`'s: task, algorithm, num_points, seeds, point, select) ----------
     @property
@@ -80,8 +91,13 @@ class ControlResult(GridResult):
 
     @property
     def valid(self) -> np.ndarray:
-        """(G, N) runs that did not diverge and logged every episode."""
-        return (self.diverged_step < 0) & (self.episodes_done == self.episodes)
+        """(G, N) runs that did not diverge and logged every episode (of a
+        search, at a point that ran every rung: a point stopped early is
+        never chosen, its curves not drawn)."""
+        ok = (self.diverged_step < 0) & (self.episodes_done == self.episodes)
+        if self.stopped_rung is not None:
+            ok &= (np.asarray(self.stopped_rung) == np.max(self.stopped_rung))[:, None]
+        return ok
 
     @property
     def diverged_fraction(self) -> np.ndarray:
@@ -165,7 +181,9 @@ class ControlResult(GridResult):
         return replace(self, grid={n: np.asarray(v)[mask] for n, v in self.grid.items()},
                                    returns=self.returns[mask], lengths=self.lengths[mask],
                                    diverged_step=self.diverged_step[mask],
-                                   omega=None if self.omega is None else self.omega[mask])
+                                   omega=None if self.omega is None else self.omega[mask],
+                                   stopped_rung=None if self.stopped_rung is None else self.stopped_rung[mask],
+                                   rung_scores=None if self.rung_scores is None else self.rung_scores[mask])
 
     def by_task_value(self) -> list[tuple[dict, ControlResult]]:
         """[(task values, the result at them)]: one entry per combination of
@@ -233,10 +251,12 @@ class ControlResult(GridResult):
     # -- persistence -------------------------------------------------------------
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays of `curves.npz`: returns, lengths, diverged_step, omega (if
-        any) and the grid as `grid_<column>`."""
+        any), a search's stopped_rung and rung_scores, and the grid as
+        `grid_<column>`."""
         out = {"returns": self.returns, "lengths": self.lengths, "diverged_step": self.diverged_step}
-        if self.omega is not None:
-            out["omega"] = self.omega
+        for name in OPTIONAL:
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         for n, v in self.grid.items():
             out[GRID_PREFIX + n] = v
         return out
@@ -247,8 +267,8 @@ class ControlResult(GridResult):
         spec, spec_dict, meta, columns = cls.read_meta(out_dir, ControlSpec)
         with np.load(os.path.join(out_dir, CURVES_FILE)) as z:
             return cls(spec=spec, grid=cls.read_grid(z, columns), returns=z["returns"],
-                       lengths=z["lengths"], diverged_step=z["diverged_step"],
-                       omega=z["omega"] if "omega" in z.files else None, meta=meta, spec_dict=spec_dict)
+                       lengths=z["lengths"], diverged_step=z["diverged_step"], meta=meta, spec_dict=spec_dict,
+                       **{n: z[n] if n in z.files else None for n in OPTIONAL})
 
 
 def is_control_dir(out_dir: str) -> bool:

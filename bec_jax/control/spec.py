@@ -25,6 +25,8 @@ DTYPES = ("float32", "float64")
 # level or in `hyperparameters`): the behaviour's and the discount.
 LOOP_AXES = ("epsilon", "epsilon_decay", "epsilon_min", "gamma")
 AUTO_BLOCK, MAX_AUTO_BLOCK, BLOCK_WEIGHT_BYTES = 100, 1000, 512  # `ControlSpec.block_steps`
+SEARCH_FIELDS = ("method", "rate", "rungs", "min_steps", "metric")  # `ControlSpec.search`'s settings
+SEARCH_METRICS = ("return", "length")  # what a search's rungs rank by (`control.results.STATS`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +71,18 @@ class ControlSpec(GridColumns):
       reward_shift: the learner sees r - reward_shift (returns are logged
         unshifted): the constant-shift control for centering, whose omega acts
         on the TD error like a learned shift of the reward.
+      search: None (every point runs all its episodes), or a successive-halving
+        search of the grid (`engine.search`, `control.program.searched`):
+        {"method": "halving", "rate": eta (default 3), "rungs": R (default: as
+        many as the grid and the step budget allow), "min_steps": the first
+        rung's least steps (default one block), "metric": "return" (default)
+        or "length", what the rungs rank by: each point's mean return, or
+        steps, per episode over the episodes its runs finished so far}. Rung r
+        < R - 1 runs its points' runs up to step max_steps / rate^(R - 1 - r)
+        (in whole blocks); the last runs the survivors to their ends (their
+        episodes, or max_steps), as the full grid does. Every point of the
+        grid in one call; not with task axes. Left out of `to_dict` when None,
+        as seed_offset at 0.
     """
 
     KIND: ClassVar[str] = KIND  # which kind of run this is (`bec_jax.run.kinds`)
@@ -91,6 +105,7 @@ class ControlSpec(GridColumns):
     divergence_bound: float = 1e6
     reward_shift: float = 0.0
     seed_offset: int = 0
+    search: dict | None = None
 
     def __post_init__(self):  # noqa: C901  (a validator: one check a field)
         if not isinstance(self.task, str):
@@ -167,6 +182,49 @@ class ControlSpec(GridColumns):
         if self.total_steps > MAX_INT32:
             raise ValueError(f"max_steps: a run of {self.total_steps} steps exceeds 2**31 - 1; "
                              "give a smaller max_steps or fewer episodes")
+        if self.search is not None:
+            self._check_search()
+
+    def _check_search(self) -> None:
+        """The search's fields, normalized in place (defaults filled in), and its
+        schedule built once: a one-line `ValueError` naming the field where the
+        grid or the episodes do not allow it."""
+        from bec_jax.engine import search
+
+        s = self.search
+        if not isinstance(s, dict):
+            raise ValueError(f"search: a table of the search's settings, got {s!r}")
+        unknown = set(s) - set(SEARCH_FIELDS)
+        if unknown:
+            raise ValueError(f"search.{sorted(unknown)[0]}: not a setting of a control search; known: "
+                             f"{', '.join(SEARCH_FIELDS)}")
+        if s.get("method", "halving") not in search.METHODS:
+            raise ValueError(f"search: one of {', '.join(search.METHODS)}, got {s.get('method')!r}")
+        if self.task_axes:
+            raise ValueError(f"search: not with task axes ({', '.join(self.task_axes)}): a task axis is not a "
+                             "setting to choose; search each value's grid as its own sweep")
+        least = s.get("min_steps")
+        if least is not None and (not is_int(least) or not 1 <= least <= self.total_steps):
+            raise ValueError(f"min_steps: an integer in [1, max_steps = {self.total_steps}], got {least!r}")
+        metric = s.get("metric", "return")
+        if metric not in SEARCH_METRICS:
+            raise ValueError(f"search.metric: {' or '.join(SEARCH_METRICS)} (what each rung ranks the points by), "
+                             f"got {metric!r}")
+        norm = {"method": "halving", "rate": s.get("rate", search.DEFAULT_RATE), "rungs": s.get("rungs"),
+                "min_steps": least, "metric": metric}
+        object.__setattr__(self, "search", norm)
+        self.search_schedule()
+
+    def search_schedule(self):
+        """The search's rungs (`engine.search.schedule`) in blocks of
+        `block_steps` of the step budget (`total_steps`, whole blocks): rung r
+        runs its points' runs until block `ends[r]`, the last until their ends."""
+        from bec_jax.engine import search
+
+        s = self.search
+        K = self.block_steps
+        least = 1 if s["min_steps"] is None else -(-s["min_steps"] // K)
+        return search.schedule(self.num_points, -(-self.total_steps // K), 1, s["rate"], s["rungs"], least)
 
     def _task_axes(self, hp: dict) -> dict:
         """{name: values} of the task parameters that are grid axes, checked."""
@@ -381,6 +439,10 @@ class ControlSpec(GridColumns):
         d["task_axes"] = {k: list(v) for k, v in self.task_axes.items()}
         if not self.seed_offset:  # the dicts saved before the field existed, and their programs' keys
             del d["seed_offset"]
+        if self.search is None:  # likewise
+            del d["search"]
+        else:
+            d["search"] = dict(self.search)
         d["kind"] = KIND
         return d
 

@@ -27,7 +27,7 @@ from bec_jax.control.spec import ControlSpec
 from bec_jax.engine import execute, joint, memory
 from bec_jax.engine.buckets import bucket
 from bec_jax.engine.layout import state_axes
-from bec_jax.engine.plan import Group
+from bec_jax.engine.plan import Chunk, Group
 from bec_jax.engine.programs import Program
 from bec_jax.engine.protocol import check_dtype, chunk_points, gather, run_meta, whole_points
 
@@ -65,14 +65,26 @@ def sizes(spec: ControlSpec, fused: bool = False) -> memory.Sizes:
 
 def plan_memory(spec: ControlSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
     """`memory.plan` with this front's `sizes` (kwargs as its); refuses a plan
-    in seed chunks, which this front does not run."""
+    in seed chunks, which this front does not run, and a search (every point
+    in one call, on one device) that does not fit the budget whole."""
+    if spec.search is not None:
+        n_devices, kwargs = 1, {**kwargs, "chunk_size": spec.num_points}
     sz = sizes(spec)
-    return whole_points(memory.plan(spec, n_devices, sz=sz, **kwargs), spec, sz, "a control sweep")
+    pl = whole_points(memory.plan(spec, n_devices, sz=sz, **kwargs), spec, sz, "a control sweep")
+    if spec.search is not None and pl.device_bytes > pl.budget:
+        raise memory.TooLarge(f"memory_budget: a search runs every grid point's runs in one call: {spec.num_points} "
+                              f"points x {spec.seeds} seeds need about {memory.human(pl.device_bytes)} of device "
+                              f"memory; the budget is {memory.human(pl.budget)}; raise --memory-budget, or use fewer "
+                              "seeds or grid points")
+    return pl
 
 
 def plan_chunk(spec: ControlSpec, chunk_size: int | None = None, n_devices: int = 1,
                memory_budget: int | None = None) -> int:
-    """Grid points per compiled call (`engine.protocol.chunk_points`)."""
+    """Grid points per compiled call (`engine.protocol.chunk_points`); a
+    search's: every point, in one call."""
+    if spec.search is not None:
+        return spec.num_points
     return chunk_points(plan_memory, spec, chunk_size, n_devices, memory_budget)
 
 
@@ -81,7 +93,11 @@ def plan(spec: ControlSpec, chunk: int):
     most `chunk` points: one group of every point, or with task axes that
     cannot be traced (`ControlSpec.task_axes_traced`) one group per
     combination of their values, each its own task and program
-    (`Group.static` holds the values)."""
+    (`Group.static` holds the values). A search: every point in one chunk,
+    unpadded (the search ranks them all)."""
+    if spec.search is not None:
+        G = spec.num_points
+        return [Group(np.arange(G), [], np.zeros(G, np.int32), ())], [Chunk(0, np.arange(G), G)]
     return task_groups(spec, chunk, by_task=not spec.task_axes_traced)
 
 
@@ -116,16 +132,47 @@ def make_program(spec: ControlSpec, group=None, chunk: int = 1, devices=None,
     (`control.program.make_program` with this one sweep). `form` is accepted for the engine's interface and
     ignored (the options it names are given when compiling). With `keep_state` it also
     returns the final learner states ("state": a pytree of (chunk, seeds, ...)
-    arrays)."""
-    return program.make_program([spec], [chunk], devices, keep_state, group,
-                                branches=form.branches if form is not None else None)
+    arrays). A search's program is `program.make_search_program` (every
+    point in one call; no final states)."""
+    branches = form.branches if form is not None else None
+    if spec.search is not None:
+        if keep_state:
+            raise ValueError("search: the final learner states are a full grid's (final_states); run the sweep "
+                             "without a search")
+        return program.make_search_program(spec, group, devices, branches)
+    return program.make_program([spec], [chunk], devices, keep_state, group, branches=branches)
 
 
 def assemble(spec: ControlSpec, groups, chunks, results: dict, meta: dict | None = None) -> ControlResult:
     """The `ControlResult` in grid order from every chunk's outputs."""
     cat = gather(spec.num_points, groups, chunks, results)
     return ControlResult(spec=spec, grid=spec.grid_arrays(), returns=cat["returns"], lengths=cat["lengths"],
-                         diverged_step=cat["diverged_step"], omega=cat.get("omega"), meta=dict(meta or {}))
+                         diverged_step=cat["diverged_step"], omega=cat.get("omega"), meta=dict(meta or {}),
+                         stopped_rung=cat.get("stopped_rung"), rung_scores=cat.get("rung_scores"))
+
+
+def search_meta(spec: ControlSpec, out: dict) -> dict:
+    """meta.json's `search` of a search's outputs `out` (one chunk of every
+    point): the settings, the rungs' end steps (the last: the step budget;
+    its runs end with their episodes) and points, the run-steps it computed
+    (`search_run_steps`: every block each run was advanced while its point
+    ran) and a lower bound of the full grid's (`full_run_steps_at_least`):
+    the full grid advances every run until its slowest run has ended, and
+    each run of the search is the full grid's up to where its point stopped
+    (`program.searched`), so at least until the latest of: a survivor's run's
+    end, a stopped run's end where it ended by its last rung, and one block
+    past its last rung's end where it had not."""
+    sched = spec.search_schedule()
+    N, K = spec.seeds, spec.block_steps
+    stopped = np.asarray(out["stopped_rung"])
+    lengths, dstep = np.asarray(out["lengths"]), np.asarray(out["diverged_step"])
+    ended = (lengths > 0).all(-1)
+    finish = -(-lengths.astype(np.int64).sum(-1) // K)  # the block of a run's last episode's end
+    going = np.where(stopped == sched.rungs - 1, sched.ends[-1], np.asarray(sched.ends)[stopped] + 1)[:, None]
+    blocks = np.where(dstep >= 0, dstep // K, np.where(ended, finish, going))
+    return {**spec.search, "rung_steps": [e * K for e in sched.ends], "rung_points": list(sched.points),
+            "search_run_steps": int(np.asarray(out["units_run"], np.int64).sum()) * K,
+            "full_run_steps_at_least": int(blocks.max()) * K * spec.num_points * N}
 
 
 def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memory_budget: int | None = None,
@@ -141,6 +188,8 @@ def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memor
     runs in one call, and its logs are small."""
     check_dtype(spec)
     devices = list(devices) if devices is not None else jax.devices()
+    if spec.search is not None:  # every point in one call, on one device
+        devices, chunk_size = devices[:1], None
     if chunk_size is not None:
         chunk_size = plan_chunk(spec, chunk_size, len(devices))
     pl = memory_plan or plan_memory(spec, len(devices), memory_budget=memory_budget, chunk_size=chunk_size,
@@ -149,9 +198,10 @@ def run(spec: ControlSpec, *, chunk_size: int | None = None, devices=None, memor
     ran = run_chunks(spec, groups, chunks, devices, done=done_chunks, compiler_options=compiler_options,
                      on_chunk=on_chunk, progress=progress, engine=_FRONT)
     steps = int(sum(int(r["lengths"].sum()) for r in ran.results.values()))
+    work = {"search": search_meta(spec, ran.results[0])} if spec.search is not None else {}
     meta = run_meta(devices, pl.grid, len(chunks), ran, len(done_chunks or {}), work={
         "logged_steps": steps,
-        "steps_per_s": steps / ran.run_time_s if ran.run_time_s > 0 and not done_chunks else None})
+        "steps_per_s": steps / ran.run_time_s if ran.run_time_s > 0 and not done_chunks else None, **work})
     if spec.task_axes:  # one program for every value, or one per value and why
         meta["task_axes"] = ("one program (traced)" if spec.task_axes_traced
                              else f"a program per value: {spec.task_axes_reason}")
@@ -173,6 +223,8 @@ def joint_key(spec: ControlSpec, devices) -> tuple | None:
     """(key, None): what sweeps must share to run as one program (everything
     but the algorithm and the grid); None when `spec` takes several calls."""
     if getattr(spec, "KIND", None) != KIND or jax.process_count() > 1 or spec.task_axes:  # a program per task
+        return None
+    if spec.search is not None:  # a search's program is its own (`program.make_search_program`)
         return None
     try:
         if plan_memory(spec, len(devices), device=devices[0]).grid < spec.num_points:
@@ -265,7 +317,9 @@ def final_states(spec: ControlSpec):
     """(result, states): the sweep's `ControlResult` and every run's final
     learner state (a NamedTuple of (G, N, ...) arrays; the update counter is
     shared, shape ()). One chunk, no resume: meant for small sweeps whose
-    learned weights you want to inspect (a greedy policy, say)."""
+    learned weights you want to inspect (a greedy policy, say); not a search's."""
+    if spec.search is not None:
+        raise ValueError("search: the final learner states are a full grid's; give the spec without a search")
     chunk = spec.num_points
     groups, chunks = plan(spec, chunk)
     prog = make_program(spec, groups[0], chunk, jax.devices()[:1], keep_state=True)
