@@ -284,10 +284,11 @@ def control_spec_from_args(args):
     given = [d for d in CONTROL_FIELDS + ("alpha", "beta", "zeta") if getattr(args, d, None) is not None]
     given += ["task_params"] if args.task_param else []
     given += list(extra)
+    search = search_of(args)
     if args.config:
-        if given:
-            raise UsageError(f"{given[0]}: given both on the command line and by --config {args.config!r}; "
-                             "put it in the config file")
+        if given or search is not None:
+            raise UsageError(f"{given[0] if given else 'search'}: given both on the command line and by --config "
+                             f"{args.config!r}; put it in the config file")
         return ControlSpec.from_dict(config_table(args))
     missing = [n for n in ("task", "algorithm") if getattr(args, n) is None]
     if missing:
@@ -313,7 +314,7 @@ def control_spec_from_args(args):
             vals = numbers(name, kw[name])
             kw[name] = vals[0] if len(vals) == 1 else list(vals)
     return ControlSpec(task=args.task, algorithm=args.algorithm, hyperparameters=hyper, task_params=params,
-                       task_axes=axes, **kw)
+                       task_axes=axes, search=search, **kw)
 
 
 # `bec-jax continuing`'s options (dest) -> the `ContinuingSpec` field each sets.

@@ -268,26 +268,31 @@ def cmd_control(args) -> int:
     result = _run_into_dir(spec, args, "control")
     if isinstance(result, int):
         return result
+    from bec_jax.control.plotting import search_line, search_metric
     from bec_jax.control.results import values_text
     m = result.meta
     print(f"{result.task} / {result.algorithm}: {result.num_points} grid points x {result.seeds} seeds x "
           f"{result.episodes} episodes ({m['logged_steps']:,} steps){on_device(m)} in {m['run_time_s']:.2f} s "
           f"(+ {m['compile_time_s']:.2f} s compile{_timing_note(m)})")
+    if search_line(result):
+        print(search_line(result))
+    stat = search_metric(result)  # a search's rungs' metric; else return
     for values, part in result.by_task_value():  # a task axis is not a setting: the best at each value
         at = f" at {values_text(values)}" if values else ""
         try:
             # By return, the objective on every task (on the built-in ones each step
             # costs -1, so it also ranks by steps per episode; on CartPole more is better).
-            b = part.best_index("return")
+            b = part.best_index(stat)
             rec = part.summary()[b]
             ci = lambda k: f"[{rec[k + '_ci_low'] or float('nan'):.4g}, {rec[k + '_ci_high'] or float('nan'):.4g}]"
-            print(f"best by mean return per episode{at}: {part.point(b)}  {rec['auc_return']:.4g} "
+            print(f"best by mean {'return' if stat == 'return' else 'steps'} per episode{at}: {part.point(b)}  "
+                  f"{'' if stat == 'return' else 'return '}{rec['auc_return']:.4g} "
                   f"{ci('auc_return')} (95% CI); steps per episode {rec['auc_length']:.4g} {ci('auc_length')}; "
                   f"last 10% of episodes: return {rec['final_return']:.4g}, steps {rec['final_length']:.4g}")
         except ValueError as e:
             print(f"no best setting{at}: {e}")
     print(f"wrote {args.out}/curves.npz, summary.json, summary.csv, meta.json")
-    run_confirm.report(result, args.out, args.confirm_seeds)
+    run_confirm.report(result, args.out, args.confirm_seeds, metric=stat)
     return 0
 
 

@@ -191,6 +191,7 @@ def _add_control(sub, command) -> None:
     c.add_argument("--chunks", metavar="K/N", help="compute only the K-th of N parts into --out")
     c.add_argument("--confirm-seeds", type=int_arg("confirm_seeds"), metavar="N", help=CONFIRM_HELP)
     c.add_argument("--stall-timeout", type=stall_timeout_arg, metavar="SECONDS", help=STALL_HELP)
+    add_search(c, "the mean return per episode finished so far (search.metric = \"length\" in --config: steps)")
     c.set_defaults(func=command)
 
 
