@@ -284,6 +284,20 @@ def test_control_joint_program():
     assert_portable(text)
 
 
+def test_control_search_program():
+    """An episodic control search (engine.search, control.program.searched) as
+    one program, on a Fourier basis: the rungs' loops, each batch's loop until
+    its runs reach the rung's end, the ranking (a sort) and the survivors'
+    gathers add no callback, no float64 and no dot below HIGHEST."""
+    hyper = {**_required(control_algorithms.get("cgq")), "alpha": [0.01 * (k + 1) for k in range(9)]}
+    spec = ControlSpec(algorithm="cgq", hyperparameters=hyper, seeds=2, episodes=2, search={"rate": 3}, **FOURIER)
+    assert spec.search_schedule().points == (9, 3)
+    text = _control_text(spec)
+    assert "sort" in text  # the ranking is in the program, not on the host
+    assert dot_count(text) > 0
+    assert_portable(text)
+
+
 # ------------------------------------------------------------- continuing
 
 def _continuing_text(spec: ContinuingSpec) -> str:
