@@ -150,6 +150,7 @@ LAYERS = [
                 "bec_jax.control.continuing.plotting"]),
     ("front programs", ["bec_jax.prediction*", "bec_jax.control.program", "bec_jax.control.continuing.program"]),
     ("results and specs", ["bec_jax.prediction.results", "bec_jax.control.results", "bec_jax.prediction.spec",
+                           "bec_jax.prediction.fields",
                            "bec_jax.control.spec", "bec_jax.control.continuing.results",
                            "bec_jax.control.continuing.spec"]),
     ("theory", ["bec_jax.theory*"]),

@@ -83,8 +83,12 @@ def test_one_step_by_hand(name, fields, want):
     assert int(new.count) == 1
 
 
+DEEP = ["dqn", "cdqn", "cdqn_unbiased", "cdqn_simple", "cdqn_simple_unbiased", "diff_dqn"]
+
+
 def test_every_learner_is_registered_with_its_rate_field():
-    assert cl.names() == NAMES
+    assert cl.names() == NAMES + DEEP  # the network learners (control.continuing.deep) after the linear ones
+    assert [cl.rate_field(n) for n in DEEP] == [None] + ["rbar"] * 5
     for name in NAMES:
         field = cl.rate_field(name)
         st = cl.get(name).init(jnp.zeros(4))

@@ -198,7 +198,7 @@ def join_negative_lists(argv: list[str], options: tuple[str, ...]) -> list[str]:
 def config_table(args) -> dict:
     """The spec table of `args.config` (a TOML file); its `out = "DIR"` sets
     `args.out` unless --out was given."""
-    from bec_jax.prediction.spec import read_toml
+    from bec_jax.prediction.fields import read_toml
     table = read_toml(args.config, "config")
     out = table.pop("out", None)
     if out is not None and (not isinstance(out, str) or not out):

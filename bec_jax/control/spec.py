@@ -17,7 +17,7 @@ import numpy as np
 from bec_jax.control import algorithms, tasks
 from bec_jax.control.grid import GridColumns, spec_table
 from bec_jax.mdp import check_value_range
-from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
+from bec_jax.prediction.fields import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
 KIND = "control"
 DTYPES = ("float32", "float64")

@@ -22,13 +22,9 @@ ENV_INDEX = "env_index"  # the grid-chunk entry saying which of a group's models
 def plan_groups(spec: SweepSpec) -> list[Group]:
     """The grid split into groups of equal model shape and static hyperparameters,
     in order of first appearance."""
-    alg = spec.algorithm_def
-    statics = [h.name for h in alg.hyperparameters if h.static]
-    points = spec.grid_points()
     models = spec.point_mdps()
     keyed: dict = {}
-    for i, (p, m) in enumerate(zip(points, models)):
-        key = (m.num_states, m.num_features, tuple((n, p[n]) for n in statics))
+    for i, key in enumerate(spec.group_keys()):
         keyed.setdefault(key, []).append(i)
     groups = []
     for key, idx in keyed.items():

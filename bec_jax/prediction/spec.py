@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import keyword
 import math
-import tomllib
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
@@ -23,76 +20,15 @@ from bec_jax import algorithms, envs
 from bec_jax import mdp as mdp_lib
 from bec_jax.algorithms.base import Algorithm
 from bec_jax.prediction import sampling
+from bec_jax.prediction.fields import MAX_INT32, SEED_LIMIT, as_tuple, canonical_name, field_key, is_int, is_real, plain
 from bec_jax.schedules import DEFAULT_EXPONENTS, SCHEDULES
 from bec_jax.theory import metrics as metrics_lib
 
 DTYPES = ("float32", "float64")
 
-# Step counters and diverged steps are int32 inside the program; seeds key a
-# 32-bit PRNG (in JAX's default 32-bit mode key(2**32) equals key(0)).
-MAX_INT32 = 2**31 - 1
-SEED_LIMIT = 2**32
 # Largest divergence bound per dtype: a run within it has metrics (sums of squares
 # of affine maps of theta) far from overflow.
 MAX_BOUND = {"float32": 1e15, "float64": 1e150}
-
-
-def read_toml(path: str, field: str) -> dict:
-    """The table of a TOML file; `ValueError` naming `field` and the file when it
-    cannot be read, is not UTF-8 or is not valid TOML."""
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as e:
-        raise ValueError(f"{field}: cannot read {path!r} ({e.strerror})") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{field}: {path!r} is not valid TOML ({e})") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{field}: {path!r} is not UTF-8 text") from None
-
-
-def is_int(x) -> bool:
-    """An integer (numpy's too), never bool."""
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-
-def is_real(x) -> bool:
-    """A real number: int or float (numpy's too), never bool or a string."""
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_))
-
-
-def _key(k: Any) -> str:
-    """A dict key as an error message names it: plain if it looks like a field name."""
-    return k if isinstance(k, str) and k.isidentifier() else repr(k)
-
-
-def as_tuple(name: str, value: Any) -> tuple:
-    """A list field as a tuple (a lone value becomes a 1-tuple); ValueError if it cannot be one."""
-    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
-        return (value,)
-    try:
-        return tuple(value)
-    except Exception:  # e.g. a 0-d numpy array, an object whose iteration fails
-        raise ValueError(f"{name}: expected a list, got {value!r}") from None
-
-
-def _plain(v: Any) -> Any:
-    """A JSON-ready, hashable environment-parameter value (numpy scalars become
-    Python numbers, lists become tuples)."""
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return tuple(_plain(x) for x in v)
-    if isinstance(v, (bool, int, float, str)) or v is None:
-        return v
-    raise ValueError(f"expected a number, string or boolean, got {v!r}")
-
-
-def _canonical_name(name: str) -> str:
-    """`lambda_` (the Python spelling) -> `lambda`."""
-    if isinstance(name, str) and name.endswith("_") and keyword.iskeyword(name[:-1]):
-        return name[:-1]
-    return name
 
 
 class ScheduleSpec:
@@ -147,7 +83,7 @@ class ScheduleSpec:
         bad = sorted((k for k in d if k not in ("kind", "t0") and not (isinstance(k, str) and k.startswith("p_"))),
                      key=str)
         if bad:
-            raise ValueError(f"schedule.{_key(bad[0])}: unknown field; known: kind, t0, p_<step size>")
+            raise ValueError(f"schedule.{field_key(bad[0])}: unknown field; known: kind, t0, p_<step size>")
         return cls(**d)
 
     def __reduce__(self):
@@ -238,9 +174,9 @@ class SweepSpec:
         if hyperparameters is not None:
             if not isinstance(hyperparameters, dict):
                 raise ValueError(f"hyperparameters: expected a table of name = [values], got {hyperparameters!r}")
-            hp.update({_canonical_name(k): v for k, v in hyperparameters.items()})
+            hp.update({canonical_name(k): v for k, v in hyperparameters.items()})
         for k, v in grid.items():
-            name = _canonical_name(k)
+            name = canonical_name(k)
             if name in hp:
                 raise ValueError(f"{name}: given twice (as a keyword and in hyperparameters)")
             hp[name] = v
@@ -259,16 +195,16 @@ class SweepSpec:
         hp_raw, ep_raw, points = self._raw
         for name in hp_raw:
             if not isinstance(name, str):
-                raise ValueError(f"{_key(name)}: unknown field")
+                raise ValueError(f"{field_key(name)}: unknown field")
             alg.hyperparameter(name)  # ValueError naming an undeclared one
         if not isinstance(self.env, str) or not self.env:
             raise ValueError(f"env: expected an environment name, an .npz/.toml MDP file or "
                              f"package.module:function, got {self.env!r}")
         known_env = envs.parameters(self.env)  # ValueError for an unknown source
         self._check_env_param_names(ep_raw.keys() if points is None else
-                                    {_canonical_name(k) for p in as_tuple("points", points)
+                                    {canonical_name(k) for p in as_tuple("points", points)
                                      if isinstance(p, dict) for k in p
-                                     if _canonical_name(k) not in alg.names}, known_env, alg)
+                                     if canonical_name(k) not in alg.names}, known_env, alg)
         if points is not None:
             if hp_raw or ep_raw:
                 raise ValueError("points: give either explicit points or value lists "
@@ -300,7 +236,7 @@ class SweepSpec:
                 if not vals:
                     raise ValueError(f"env_params.{name}: the list is empty; give at least one value")
                 try:
-                    vals = tuple(_plain(v) for v in vals)
+                    vals = tuple(plain(v) for v in vals)
                 except ValueError as e:
                     raise ValueError(f"env_params.{name}: {e}") from None
                 if len(set(vals)) != len(vals):
@@ -325,20 +261,19 @@ class SweepSpec:
         its schedule built once: a one-line `ValueError` naming the field
         where the grid or the steps do not allow it."""
         from bec_jax.engine import search
-        from bec_jax.prediction.plan import plan_groups
 
         s = self.search
         if not isinstance(s, Mapping):
             raise ValueError(f"search: a table of the search's settings, got {s!r}")
         unknown = sorted(set(s) - set(SEARCH_FIELDS), key=str)
         if unknown:
-            raise ValueError(f"search.{_key(unknown[0])}: not a setting of a search; known: {', '.join(SEARCH_FIELDS)}")
+            raise ValueError(f"search.{field_key(unknown[0])}: not a setting of a search; known: {', '.join(SEARCH_FIELDS)}")
         if s.get("method", "halving") not in search.METHODS:
             raise ValueError(f"search: one of {', '.join(search.METHODS)}, got {s.get('method')!r}")
         min_steps = s.get("min_steps")
         if min_steps is not None and (not is_int(min_steps) or not 1 <= min_steps <= self.steps):
             raise ValueError(f"min_steps: an integer in [1, steps = {self.steps}], got {min_steps!r}")
-        groups = len(plan_groups(self))
+        groups = len(set(self.group_keys()))
         if groups > 1:
             raise ValueError(f"search: the grid's points need {groups} programs (their models' sizes or static "
                              "hyperparameters differ) and a search ranks the points of one; search each as its own "
@@ -433,9 +368,9 @@ class SweepSpec:
     def _check_env_param_names(self, names, known: dict, alg: Algorithm) -> None:
         for n in names:
             if not isinstance(n, str) or n not in known:
-                where = f"points: {_key(n)}" if self._raw[2] is not None else f"env_params.{_key(n)}"
+                where = f"points: {field_key(n)}" if self._raw[2] is not None else f"env_params.{field_key(n)}"
                 extra = f"; {alg.name}'s hyperparameters: {', '.join(alg.names)}" if self._raw[2] is not None else ""
-                raise ValueError(f"{where}: {self.env} has no parameter {_key(n)} "
+                raise ValueError(f"{where}: {self.env} has no parameter {field_key(n)} "
                                  f"(its parameters: {', '.join(known) or 'none'}){extra}")
             if n in alg.names:
                 raise ValueError(f"env_params.{n}: is both a parameter of {self.env} and a hyperparameter "
@@ -448,7 +383,7 @@ class SweepSpec:
         for i, p in enumerate(pts):
             if not isinstance(p, dict):
                 raise ValueError(f"points[{i}]: expected a table of name = value, got {p!r}")
-            p = {_canonical_name(k): v for k, v in p.items()}
+            p = {canonical_name(k): v for k, v in p.items()}
             row = []
             for h in alg.hyperparameters:
                 if h.name in p:
@@ -461,7 +396,7 @@ class SweepSpec:
                 if k in alg.names:
                     continue
                 try:
-                    row.append((k, _plain(v)))
+                    row.append((k, plain(v)))
                 except ValueError as e:
                     raise ValueError(f"points[{i}].{k}: {e}") from None
             out.append(tuple(row))
@@ -537,6 +472,14 @@ class SweepSpec:
         """The model of every grid point (shared objects where points share one)."""
         return [self._models[tuple(sorted(p.items()))] for p in self._env_points()]
 
+    def group_keys(self) -> list[tuple]:
+        """Each grid point's program key: its model's states and features and its
+        static hyperparameters' values (points of one key share a program,
+        `prediction.plan.plan_groups`)."""
+        statics = [h.name for h in self.algorithm_def.hyperparameters if h.static]
+        return [(m.num_states, m.num_features, tuple((n, p[n]) for n in statics))
+                for p, m in zip(self.grid_points(), self.point_mdps())]
+
     def grid_arrays(self) -> dict[str, np.ndarray]:
         """The grid as one (G,) array per column (float64 for numbers; booleans and
         strings as they are)."""
@@ -587,7 +530,7 @@ class SweepSpec:
         d = self.to_dict()
         if any(k in changes for k in ("points",)):
             d["hyperparameters"], d["env_params"] = {}, {}
-        if "hyperparameters" in changes or any(_canonical_name(k) in self._alg.names for k in changes):
+        if "hyperparameters" in changes or any(canonical_name(k) in self._alg.names for k in changes):
             d["points"] = None
         d.update(changes)
         return SweepSpec.from_dict(d)
@@ -602,12 +545,12 @@ class SweepSpec:
         d = dict(d)
         for k in d:
             if not isinstance(k, str):
-                raise ValueError(f"{_key(k)}: unknown field; known: {', '.join(FIELDS)}")
+                raise ValueError(f"{field_key(k)}: unknown field; known: {', '.join(FIELDS)}")
         alg = algorithms.get(d.get("algorithm", "ctd"))
-        extra = {_canonical_name(k): d.pop(k) for k in list(d) if k not in FIELDS}
+        extra = {canonical_name(k): d.pop(k) for k in list(d) if k not in FIELDS}
         for k in extra:
             if k not in alg.names:
-                raise ValueError(f"{_key(k)}: unknown field; {alg.name} takes {', '.join(alg.names) or 'no hyperparameters'}"
+                raise ValueError(f"{field_key(k)}: unknown field; {alg.name} takes {', '.join(alg.names) or 'no hyperparameters'}"
                                  f"; other fields: {', '.join(FIELDS)}")
         hp = d.pop("hyperparameters", None)
         if hp is not None and not isinstance(hp, Mapping):
@@ -645,6 +588,6 @@ class SweepSpec:
         if name.startswith("_"):
             raise AttributeError(name)
         for n, v in object.__getattribute__(self, "hyperparameters") + object.__getattribute__(self, "env_params"):
-            if n == _canonical_name(name):
+            if n == canonical_name(name):
                 return v
         raise AttributeError(name)

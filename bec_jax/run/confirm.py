@@ -49,8 +49,8 @@ import os
 import numpy as np
 
 from bec_jax.files import write_json
+from bec_jax.prediction.fields import MAX_INT32
 from bec_jax.prediction.results import SweepResult
-from bec_jax.prediction.spec import MAX_INT32
 from bec_jax.run import kinds
 from bec_jax.stats import t_interval
 

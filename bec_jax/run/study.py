@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import jax
 
 from bec_jax.files import CURVES_FILE, META_FILE, STUDY_FILE, import_pandas, write_json
-from bec_jax.prediction.spec import read_toml
+from bec_jax.prediction.fields import read_toml
 from bec_jax.run import confirm, kinds, rundir, runner
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")

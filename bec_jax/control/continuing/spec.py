@@ -19,7 +19,7 @@ from bec_jax.control.continuing import deep, learners, tasks
 from bec_jax.control.continuing.env import observation
 from bec_jax.control.grid import GridColumns, spec_table
 from bec_jax.mdp import check_value_range
-from bec_jax.prediction.spec import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
+from bec_jax.prediction.fields import MAX_INT32, SEED_LIMIT, as_tuple, is_int, is_real
 
 KIND = "continuing"
 DTYPES = ("float32", "float64")
