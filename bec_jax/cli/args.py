@@ -22,7 +22,7 @@ from bec_jax.prediction.spec import ScheduleSpec, SweepSpec
 FIELD_OF_DEST = {"t0": "schedule.t0", "p_alpha": "schedule.p_alpha", "p_beta": "schedule.p_beta",
                  "p_zeta": "schedule.p_zeta", "env_param": "env_params"}
 SPEC_DESTS = ("env", "algorithm", "env_param", "steps", "seeds", "log_every", "sampler", "schedule", "t0",
-              "p_alpha", "p_beta", "p_zeta", "metrics", "dtype", "seed", "divergence_bound")
+              "p_alpha", "p_beta", "p_zeta", "metrics", "dtype", "seed", "divergence_bound", "search")
 SCHEDULE_DESTS = ("t0", "p_alpha", "p_beta", "p_zeta")
 
 
@@ -249,6 +249,7 @@ def spec_from_args(args):
     diverge (`cli.prune.pruned_spec`).
     """
     given = given_options(args)
+    search = search_of(args)
     if args.config:
         if given:
             d = given[0]
@@ -270,7 +271,7 @@ def spec_from_args(args):
     if args.metrics is not None:
         kw["metrics"] = tuple(args.metrics)
     return pruned_spec(args, SweepSpec(env=args.env, algorithm=args.algorithm, hyperparameters=hyper,
-                                       env_params=env_params or None, schedule=sched, **kw))
+                                       env_params=env_params or None, schedule=sched, search=search, **kw))
 
 
 CONTROL_FIELDS = ("task", "algorithm", "episodes", "seeds", "epsilon", "epsilon_decay", "epsilon_min",

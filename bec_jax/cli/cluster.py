@@ -160,7 +160,7 @@ def submit(args, spec, command: str) -> int:
     _check_args(args)
     if getattr(spec, "search", None) is not None:
         raise rundir.RunError("submit: a search runs every grid point in one compiled call, not in parts; run it "
-                              "as one job (sbatch --wrap 'bec-jax continuing ... --search halving')")
+                              f"as one job (sbatch --wrap 'bec-jax {command} ... --search halving')")
     jobs.check_can_submit()
     if getattr(args, "confirm_seeds", None):  # the assembling job's confirmation, refused before any submission
         from bec_jax.run import confirm, study

@@ -254,6 +254,9 @@ def cmd_run(args) -> int:
     print(f"{spec.env} / {spec.algorithm}: {result.num_points} grid points x {spec.seeds} seeds x "
           f"{spec.steps} steps{on_device(m)} in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile{programs}"
           f"{_timing_note(m)}){speed}{resumed}")
+    if result.stopped_rung is not None:
+        from bec_jax.prediction.plotting import search_line
+        print(search_line(result))
     fm = result.final_mean()[b]
     exact = result.exact_verdicts([b])[0]
     print(f"best by AUC: {result.point(b)}  final {spec.metrics[0]} = {fm:.4g}, "

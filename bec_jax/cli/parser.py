@@ -143,6 +143,7 @@ def _add_run(sub, command) -> None:
                         "DIR/pruned.json; the result holds the points that ran")
     r.add_argument("--distributed", metavar="auto|HOST:PORT,N,ID", help=DISTRIBUTED_HELP)
     r.add_argument("--stall-timeout", type=stall_timeout_arg, metavar="SECONDS", help=STALL_HELP)
+    add_search(r, "the area under the first metric's error curve so far (after --prune theory: of the points left)")
     r.set_defaults(func=cli_prune.recording(command))  # --prune theory: DIR/pruned.json once DIR holds the run
 
 

@@ -276,10 +276,22 @@ def halving(stages: Stages, lanes, points: int, seeds: int, blocks: int, sched: 
     return out
 
 
+def line(meta: dict | None) -> str:
+    """A search's line from its result's meta["search"] ("" for None): its
+    rate, the rungs' ends and points, and the run-steps it spent against the
+    full grid's."""
+    if not meta:
+        return ""
+    spent, full = meta["search_run_steps"], meta["full_run_steps"]
+    return (f"successive halving at rate {meta['rate']:g}: {len(meta['rung_points'])} rungs ending at steps "
+            f"{', '.join(f'{x:,}' for x in meta['rung_steps'])} with {' -> '.join(map(str, meta['rung_points']))} "
+            f"points; {spent:,} run-steps, {spent / full:.3f}x the full grid's {full:,}")
+
+
 def survivors(stopped_rung: np.ndarray) -> np.ndarray:
     """The grid points that ran every rung, from a search's `stopped_rung`."""
     s = np.asarray(stopped_rung)
     return np.flatnonzero(s == s.max())
 
 
-__all__ = ["DEFAULT_RATE", "METHODS", "Schedule", "Stages", "halving", "schedule", "survivors"]
+__all__ = ["DEFAULT_RATE", "METHODS", "Schedule", "Stages", "halving", "line", "schedule", "survivors"]

@@ -127,6 +127,8 @@ def learning_curves(ax, results: dict, title: str = "", metric: str | None = Non
                 if r.diverged_fraction[j] >= 1:
                     lab = (f"{name} ({step_label(r, j)}), all seeds diverged "
                            f"by step {int(np.max(r.diverged_step[j]))}")
+                elif np.isnan(mj[-1]):  # a search's point stopped early
+                    lab = f"{name} ({step_label(r, j)}), stopped by the search at step {int(steps[alive][-1])}"
                 else:
                     lab = f"{name} ({step_label(r, j)}), grows ×{mj[-1] / mj[0]:.3g}"
                 ax.plot(steps[alive], mj[alive], color=c, ls=":", lw=1.2, label=lab)
@@ -303,9 +305,10 @@ def check_metric(results: dict, metric: str | None) -> str | None:
 
 def result_figures(results: dict, out_dir: str, metric: str | None = None, select: dict | None = None,
                    prefix: str = "") -> list[str]:
-    """For each result: `curves_<name>.png` (its best point, or `select`) and
-    `sensitivity_<name>.png`; for several: `<prefix>curves.png` (every best
-    curve on one panel). Returns the paths."""
+    """For each result: `curves_<name>.png` (its best point, or `select`),
+    `sensitivity_<name>.png` and for a search `rungs_<name>.png` (`rungs`);
+    for several: `<prefix>curves.png` (every best curve on one panel).
+    Returns the paths."""
     paths = []
     for key, r in results.items():
         paths += save_figure(curves_figure({key: r}, metric, f"{key}: {r.env} / {r.algorithm}", select),
@@ -313,10 +316,57 @@ def result_figures(results: dict, out_dir: str, metric: str | None = None, selec
         fig = sensitivity_figure(r, metric, f"{key}: {r.env} / {r.algorithm}")
         if fig is not None:
             paths += save_figure(fig, out_dir, f"sensitivity_{key}", formats=("png",))
+        if r.stopped_rung is not None:  # a search: its rungs
+            fig, axes = new_figure(1, 1, panel=(7.0, 4.6))
+            rungs(axes[0, 0], r, f"{key}: {r.env} / {r.algorithm}: successive halving, "
+                                 f"{int(r.stopped_rung.max()) + 1} rungs")
+            fig.tight_layout()
+            paths += save_figure(fig, out_dir, f"rungs_{key}", formats=("png",))
     if len(results) > 1:
         paths += save_figure(curves_figure(results, metric, "best setting of each sweep", select), out_dir,
                              f"{prefix}curves", formats=("png",))
     return paths
+
+
+def rungs(ax, r: SweepResult, title: str = "") -> None:
+    """On `ax`: a search's rungs (`engine.search`): each grid point's score
+    (the area under its first metric's mean curve so far) at every rung it
+    was ranked at, against the rung's last step; one grey line a point that
+    stopped, one coloured line a point that ran every step (its area over the
+    whole run at the last rung), the chosen point marked. Points whose seeds
+    diverged (+inf) are not drawn."""
+    ends = np.asarray(r.meta.get("search", {}).get("rung_steps")
+                      or np.linspace(0, r.steps[-1], r.rung_scores.shape[1] + 1)[1:])
+    last = int(np.max(r.stopped_rung))
+    finals = r.auc()
+    drawn = []
+    for i in np.argsort(r.stopped_rung, kind="stable"):
+        y = np.asarray(r.rung_scores[i], np.float64).copy()
+        survived = r.stopped_rung[i] == last
+        if survived:
+            y[last] = finals[i]
+        y[~np.isfinite(y)] = np.nan
+        drawn.append(y)
+        ax.plot(ends, y, marker="o", ms=2.5, lw=0.9 if survived else 0.5, color=None if survived else "0.7",
+                alpha=1.0 if survived else 0.6, label=step_label(r, i) if survived else None,
+                zorder=2 if survived else 1)
+    b = r.best_index()
+    ax.plot([ends[last]], [finals[b]], marker="*", ms=12, color="k", ls="none", label=f"chosen: {step_label(r, b)}")
+    ax.set_xscale("log")
+    if _wants_log(np.concatenate(drawn)):
+        ax.set_yscale("log")
+    m = r.metrics[0]
+    ax.set_xlabel("step at the rung's end")
+    ax.set_ylabel(f"mean {METRIC_LABELS.get(m, m)} so far (the rung's score, lower is better)", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6)
+
+
+def search_line(r: SweepResult) -> str:
+    """A search's line (`engine.search.line`; "" for a full sweep)."""
+    from bec_jax.engine import search
+    return search.line(r.meta.get("search")) if r.stopped_rung is not None else ""
 
 
 def write_tables(out_dir: str, tables: list[list[dict]]) -> list[str]:

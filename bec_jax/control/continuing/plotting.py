@@ -120,15 +120,10 @@ def summary_line(r) -> str:
 
 
 def search_line(r) -> str:
-    """A search's line (`engine.search`; "" for a full sweep): its rungs, the
-    points each ran and the run-steps it spent against the full grid's."""
-    s = r.meta.get("search")
-    if r.stopped_rung is None or not s:
-        return ""
-    spent, full = s["search_run_steps"], s["full_run_steps"]
-    return (f"successive halving at rate {s['rate']:g}: {len(s['rung_points'])} rungs ending at steps "
-            f"{', '.join(f'{x:,}' for x in s['rung_steps'])} with {' -> '.join(map(str, s['rung_points']))} points; "
-            f"{spent:,} run-steps, {spent / full:.3f}x the full grid's {full:,}")
+    """A search's line (`engine.search.line`; "" for a full sweep): its rungs,
+    the points each ran and the run-steps it spent against the full grid's."""
+    from bec_jax.engine import search
+    return search.line(r.meta.get("search")) if r.stopped_rung is not None else ""
 
 
 def series_column(r) -> str | None:
