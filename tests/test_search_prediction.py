@@ -7,6 +7,7 @@ saved and read back, the command line's line, confirmation and refusals, and
 bad input one line each. One full grid and one search, compiled once each
 (the command line runs the search's program again)."""
 import json
+import re
 import warnings
 
 import numpy as np
@@ -200,4 +201,37 @@ def test_command_line_search_confirm_and_refusals(both, tmp_path, capsys):
         assert main(args + extra + ["--out", str(bad)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"bec-jax: error: {field}: ") and "\n" not in err, err
+        assert not bad.exists()
+
+
+def test_a_study_searches_each_sweep(both, tmp_path, capsys):
+    """`bec-jax study FILE --search halving` gives every sweep the search (a
+    sweep's own table wins): its result is the lone search's bit for bit, its
+    line says what it spent; --chunks, --submit, --search on a resume and a
+    one-point sweep are refused in one line, writing nothing."""
+    from bec_jax.cli.commands import main
+
+    _, found = both
+    toml = tmp_path / "s.toml"
+    toml.write_text('seeds = 3\nsteps = 300\nlog_every = 10\n\n[[sweep]]\nname = "ctd"\nenv = "boyan_chain"\n'
+                    'algorithm = "ctd"\nalpha = [0.01, 0.03, 0.1, 0.3, 1.0, 30.0]\nbeta = [0.01, 0.1, 0.5]\n')
+    out = tmp_path / "st"
+    assert main(["study", str(toml), "--out", str(out), "--search", "halving", "--rungs", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "ctd: boyan_chain / ctd, 18 points x 3 seeds x 300 steps in " in text
+    assert "; successive halving at rate 3: 3 rungs ending at steps 30, 100, 300 with 18 -> 6 -> 2 points; " in text
+    back = SweepResult.load(str(out / "ctd"))
+    for k in ("mean", "std", "final", "alive", "stopped_rung", "rung_scores"):
+        np.testing.assert_array_equal(getattr(back, k), getattr(found, k), err_msg=k)
+    one = tmp_path / "one.toml"
+    one.write_text(toml.read_text().replace("alpha = [0.01, 0.03, 0.1, 0.3, 1.0, 30.0]\nbeta = [0.01, 0.1, 0.5]",
+                                            "alpha = [0.1]\nbeta = [0.1]"))
+    for argv, field in (([str(toml), "--search", "halving", "--chunks", "1/2"], "chunks"),
+                        ([str(toml), "--search", "halving", "--submit", "slurm", "--parts", "2"], "submit"),
+                        (["--resume", "--search", "halving"], "search"),
+                        ([str(one), "--search", "halving"], r"sweep\[0\] \(ctd\): search")):
+        bad = tmp_path / "bad"
+        assert main(["study", *argv, "--out", str(bad)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert re.match(rf"bec-jax: error: {field}: ", err) and "\n" not in err, err
         assert not bad.exists()

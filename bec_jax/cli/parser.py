@@ -257,6 +257,8 @@ def _add_study(sub, command) -> None:
                          "`bec-jax study --out DIR --resume` assembles the study")
     st.add_argument("--distributed", metavar="auto|HOST:PORT,N,ID", help=DISTRIBUTED_HELP)
     st.add_argument("--stall-timeout", type=stall_timeout_arg, metavar="SECONDS", help=STALL_HELP)
+    add_search(st, "its sweep's front's score (prediction: the error's area so far; control: the return per "
+                   "episode; continuing: the reward rate), for every sweep whose own table sets no search")
     st.set_defaults(func=command)
 
 

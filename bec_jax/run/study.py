@@ -142,9 +142,34 @@ def _spec(shared: dict, own: dict):
             merged.pop(key)
 
 
-def load(path: str) -> Study:
-    """The study of a TOML file; `ValueError` naming the file for unreadable input."""
-    return from_dict(read_toml(path, "study"))
+def load(path: str, defaults: dict | None = None) -> Study:
+    """The study of a TOML file; `ValueError` naming the file for unreadable
+    input. `defaults` replace the file's shared defaults of those names (the
+    command line's `--search`: a sweep's own table still wins)."""
+    table = read_toml(path, "study")
+    if defaults and isinstance(table, dict):
+        table = {**table, **defaults}
+    return from_dict(table)
+
+
+def searches(study: Study) -> list[str]:
+    """The names of the study's sweeps that run a search (`engine.search`)."""
+    return [n for n, s in study.sweeps if getattr(s, "search", None) is not None]
+
+
+def check_searchable(study: Study, part=None) -> None:
+    """A study whose sweeps search runs each search whole, in one process
+    (as `runner.run_to_dir` asks of a lone sweep): `RunError` naming
+    `chunks` or `distributed`, before anything is written."""
+    found = searches(study)
+    if not found:
+        return
+    if part is not None:
+        raise rundir.RunError(f"chunks: sweep {found[0]!r} searches, and a search runs every grid point in one "
+                              "compiled call; run the study whole, without --chunks")
+    if jax.process_count() > 1:
+        raise rundir.RunError(f"distributed: sweep {found[0]!r} searches, and a search runs every grid point in "
+                              "one call on one device; run the study in one process, without --distributed")
 
 
 def saved(out: str) -> Study | None:
@@ -220,6 +245,7 @@ def run(study: Study | None, out: str, *, resume: bool = False, overwrite: bool 
     if resume and overwrite:
         raise rundir.RunError("resume: --resume continues the study in --out, --overwrite starts over; give one")
     old = saved(out)
+    check_searchable(study or old or Study(()), part)
     if part is not None:
         return _run_part(study, out, runner.parse_part(part), old, resume, overwrite, confirm_seeds, stop, log,
                          run_kwargs)
@@ -309,8 +335,12 @@ def _ran_line(name: str, spec, m: dict, together: dict) -> str:
         how = f"in {together[name][0]}'s program"
     else:
         how = f"in {m['run_time_s']:.2f} s (+ {m['compile_time_s']:.2f} s compile)"
-    return f"{name}: {_describe(spec)} {how}" + (f", {m['resumed_chunks']} chunks resumed"
+    line = f"{name}: {_describe(spec)} {how}" + (f", {m['resumed_chunks']} chunks resumed"
                                                  if m.get("resumed_chunks") else "")
+    if m.get("search"):  # its rungs and what it spent (`engine.search.line`)
+        from bec_jax.engine import search
+        line += f"; {search.line(m['search'])}"
+    return line
 
 
 def _describe(spec) -> str:
