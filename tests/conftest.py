@@ -57,6 +57,9 @@ def default_backend() -> str:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long opt-in test; run with BEC_JAX_SLOW=1 python -m pytest -m slow")
+    config.addinivalue_line("markers", "long: an end-to-end check of many seconds (a benchmark script, another "
+                                       "paper's reproduction, a guide's commands) that CI runs once, outside the "
+                                       "README's `pytest` and the AVX2 pass: BEC_JAX_LONG=1 python -m pytest -m long")
     config.addinivalue_line("markers", "gpu: an engine, control or agents test that runs on the default device "
                                        "(a GPU where there is one); given to the files in conftest.GPU_FILES")
     config.addinivalue_line("markers", "cpu_only(reason): a test about JAX's CPU backend; skipped, with the reason, "
@@ -71,8 +74,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.gpu)
 
 
+@pytest.hookimpl(tryfirst=True)  # before the fixtures of a skipped long test are set up
 def pytest_runtest_setup(item):
-    """Skips a `cpu_only` test, with its reason, where JAX's default backend is not the CPU."""
+    """Skips a `cpu_only` test, with its reason, where JAX's default backend is
+    not the CPU; a `long` one unless BEC_JAX_LONG=1 (.ci/run runs them once)."""
+    if item.get_closest_marker("long") is not None and not os.environ.get("BEC_JAX_LONG"):
+        pytest.skip("long: run once by CI (BEC_JAX_LONG=1 python -m pytest -m long)")
     mark = item.get_closest_marker("cpu_only")
     if mark is not None:
         backend = default_backend()

@@ -75,6 +75,7 @@ def test_baseline_metric_is_rmscbe():
     np.testing.assert_allclose(log[-1], metrics.rmscbe(envs.make("boyan_chain"), theta), rtol=1e-10)
 
 
+@pytest.mark.long
 def test_baseline_script_smoke(tmp_path):
     _run(["benchmarks/baseline_numpy.py"], tmp_path)  # the file form of invocation
     d = json.loads((tmp_path / "baseline_numpy_smoke.json").read_text())
@@ -83,6 +84,7 @@ def test_baseline_script_smoke(tmp_path):
     _positive(d, "updates", "seconds", "updates_per_s")
 
 
+@pytest.mark.long
 def test_throughput_script_smoke(tmp_path):
     # --runs 32: the smoke grid's 8 points x 4 seeds, as without it (through the sizing code).
     out = _run(["-m", "benchmarks.throughput", "--runs", "32"], tmp_path)
@@ -105,6 +107,7 @@ def test_throughput_script_smoke(tmp_path):
     assert all(np.isfinite(d["plausibility"]["baseline"])) and all(np.isfinite(d["plausibility"]["bec_jax"]))
 
 
+@pytest.mark.long
 def test_runs_sizes_the_benchmarks_and_bad_values_are_one_line_errors():
     """`--runs N` (benchmarks.throughput and benchmarks.scaling): the standard grid
     with enough seeds, the batch axis a decade at a time up to N; anything but a
@@ -131,6 +134,7 @@ def test_runs_sizes_the_benchmarks_and_bad_values_are_one_line_errors():
                                          "points x seeds) from 1 to 1e+09, such as 1e7; got '1e10'"], p.stderr
 
 
+@pytest.mark.long
 def test_scaling_script_smoke(tmp_path):
     _run(["-m", "benchmarks.scaling", "--no-docs"], tmp_path)
     d = json.loads((tmp_path / "scaling_smoke.json").read_text())
@@ -147,6 +151,7 @@ def test_scaling_script_smoke(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.long
 def test_compare_ref_script_smoke(tmp_path):
     """The working tree against HEAD: in a clean checkout the two are the same code,
     so the script must find bit-identical results (it would report any change)."""
@@ -164,6 +169,7 @@ def test_compare_ref_script_smoke(tmp_path):
         assert d["bit_identical"] is True
 
 
+@pytest.mark.long
 def test_control_speed_script_smoke(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -178,6 +184,7 @@ def test_control_speed_script_smoke(tmp_path):
     assert b["wall_s"] > 0 and n["wall_s"] > 0 and "target < 30 s" in proc.stdout
 
 
+@pytest.mark.long
 def test_control_engine_script_smoke(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -192,6 +199,7 @@ def test_control_engine_script_smoke(tmp_path):
     assert set(t["last100"]) == {"q", "cq", "gq", "cgq"} and row["wall_s"] > t["compile_s"] > 0
 
 
+@pytest.mark.long
 def test_roofline_script_smoke(tmp_path):
     out = _run(["-m", "benchmarks.roofline"], tmp_path)
     d = json.loads((tmp_path / "roofline_smoke.json").read_text())
@@ -205,6 +213,7 @@ def test_roofline_script_smoke(tmp_path):
     assert "bandwidth ceiling" in out and "roofline bound" in out
 
 
+@pytest.mark.long
 def test_control_roofline_script_smoke(tmp_path):
     out = _run(["-m", "benchmarks.control_roofline"], tmp_path)
     d = json.loads((tmp_path / "control_roofline_smoke.json").read_text())
@@ -223,6 +232,7 @@ def test_control_roofline_script_smoke(tmp_path):
     assert "| cliff_walking |" in out
 
 
+@pytest.mark.long
 def test_reproduce_time_script_smoke(tmp_path):
     out = _run(["-m", "benchmarks.reproduce_time"], tmp_path)
     d = json.loads((tmp_path / "reproduce_time_smoke.json").read_text())
@@ -237,6 +247,7 @@ def test_reproduce_time_script_smoke(tmp_path):
     assert "empty compilation cache" in out
 
 
+@pytest.mark.long
 def test_latency_script_smoke(tmp_path):
     import shutil
     if shutil.which("git") is None or subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO,
@@ -329,6 +340,7 @@ def test_kernel_prototype_reverts_freezes_and_takes_statistics_as_the_engine_doe
         np.testing.assert_allclose(got["sem"][:, g], np.where(cnt > 0, sem, np.nan), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.long
 def test_continuing_speed_script_smoke(tmp_path):
     out = _run(["-m", "benchmarks.continuing_speed"], tmp_path)
     d = json.loads((tmp_path / "continuing_speed_smoke.json").read_text())
@@ -344,6 +356,7 @@ def test_continuing_speed_script_smoke(tmp_path):
 
 
 @needs_cc
+@pytest.mark.long
 def test_kernel_prototype_script_smoke(tmp_path):
     out = _run(["-m", "benchmarks.kernel_prototype"], tmp_path)
     d = json.loads((tmp_path / "kernel_prototype_smoke.json").read_text())

@@ -180,6 +180,7 @@ def _mkdocs(config: str, site: str) -> subprocess.CompletedProcess:
                           env={**ENV, "NO_MKDOCS_2_WARNING": "1"})
 
 
+@pytest.mark.long
 def test_strict_build_passes(tmp_path):
     """The README's build command (its strict build, into a temporary directory)."""
     assert "mkdocs build --strict" in code("README.md", "bash", containing="mkdocs build")

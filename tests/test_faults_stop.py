@@ -89,6 +89,7 @@ CHUNKED = ["run", "--env", "boyan_chain", "--algorithm", "ctdc", "--alpha", "0.0
            "--zeta", "0.05", "--seeds", "200", "--steps", "400000", "--log-every", "20000", "--chunk-size", "1"]
 
 
+@pytest.mark.long
 def test_an_abandoned_call_is_computed_again_on_resume_bit_for_bit(tmp_path):
     out, clean = tmp_path / "stopped", tmp_path / "clean"
     proc = _start(CHUNKED, out, out / "chunks" / "chunk_00000.npz")

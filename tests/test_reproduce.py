@@ -84,6 +84,7 @@ def quick_tdrc(tmp_path_factory):
     return out
 
 
+@pytest.mark.long
 def test_tdrc_reproduction_writes_its_files(quick_tdrc):
     for name in ("tdrc_curves", "tdrc_sensitivity", "tdrc_bars"):
         assert (quick_tdrc / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -25,6 +25,7 @@ def quick(tmp_path_factory):
     return out
 
 
+@pytest.mark.long
 def test_writes_its_files(quick):
     for name in FIGURES:
         assert (quick / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -38,6 +39,7 @@ def test_writes_its_files(quick):
     assert meta["specs"]["access_control"]["q_vrc"]["epsilon"] == 0.1
 
 
+@pytest.mark.long
 def test_value_based_centering_is_cq_bit_for_bit(quick):
     meta = json.loads((quick / "meta.json").read_text())
     for task in rc.TASKS:
@@ -51,6 +53,7 @@ def test_value_based_centering_is_cq_bit_for_bit(quick):
     assert "**Verdict (iv), Access-Control: holds, bit for bit (max difference 0).**" in rep
 
 
+@pytest.mark.long
 def test_exact_references(quick):
     refs = json.loads((quick / "meta.json").read_text())["references"]
     assert refs["two_choice"] == {"gain": pytest.approx(0.4), "eps_greedy_gain": pytest.approx(0.39)}
@@ -64,6 +67,7 @@ def test_exact_references(quick):
         assert float(row["optimal_gain"]) == pytest.approx(refs[row["task"]]["gain"])
 
 
+@pytest.mark.long
 def test_table_holds_the_best_of_each_grid(quick):
     rows = list(csv.DictReader(open(quick / "table.csv")))
     grid = list(csv.DictReader(open(quick / "grid.csv")))
@@ -80,6 +84,7 @@ def test_table_holds_the_best_of_each_grid(quick):
         assert (row["rbar_minus_offset"] == "") == (row["learner"] == "q")
 
 
+@pytest.mark.long
 def test_report_gives_a_verdict_for_each_claim(quick):
     rep = (quick / "report.md").read_text()
     assert "**Quick run**" in rep

@@ -26,6 +26,7 @@ def quick(tmp_path_factory):
     return out, meta
 
 
+@pytest.mark.long
 def test_writes_its_files(quick):
     out, meta = quick
     for name in FIGURES:
@@ -42,6 +43,7 @@ def test_writes_its_files(quick):
     assert spec["task_params"] == {"features": "board"} and spec["epsilon"] == 0.1
 
 
+@pytest.mark.long
 def test_table_holds_the_best_of_each_grid(quick):
     out, _ = quick
     rows = list(csv.DictReader(open(out / "table.csv")))
@@ -56,6 +58,7 @@ def test_table_holds_the_best_of_each_grid(quick):
         assert (row["rbar_minus_offset"] == "") == (row["learner"] == "dqn")  # DQN keeps no rbar
 
 
+@pytest.mark.long
 def test_report_gives_a_verdict_for_each_claim_and_the_projection(quick):
     out, meta = quick
     rep = (out / "report.md").read_text()

@@ -308,6 +308,7 @@ def test_refusals_are_one_line(control, prediction, capsys, tmp_path, monkeypatc
     assert not (tmp_path / "x.png").exists()
 
 
+@pytest.mark.long
 def test_the_guides_commands_run_as_pasted(tmp_path):
     """docs/statistics.md's two command blocks, on this module's control study
     saved as study.toml: the files they name, and the pair the profile prints."""

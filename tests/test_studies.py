@@ -84,6 +84,7 @@ def _same_results(a_dir, b_dir, names):
         assert open(os.path.join(a_dir, n, "summary.csv")).read() == open(os.path.join(b_dir, n, "summary.csv")).read()
 
 
+@pytest.mark.long
 def test_study_interrupted_by_sigterm_resumes_to_identical_files(tmp_path, cli_env):
     (tmp_path / "study.toml").write_text(STUDY)
     names = ["first", "long", "random_walk-tdrc"]

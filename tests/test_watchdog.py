@@ -198,6 +198,7 @@ RUN = ["run", "--env", "boyan_chain", "--algorithm", "stalling_mod:ALG", "--eta"
        "--seeds", "2", "--log-every", "10", "--chunk-size", "1"]
 
 
+@pytest.mark.long
 def test_a_stalled_run_stops_and_resumes_to_the_same_results(tmp_path):
     (tmp_path / "stalling_mod.py").write_text(STALLING_ALGORITHM)
     flag = tmp_path / "stall.flag"
