@@ -3,8 +3,14 @@ repetitions with independent seeds, halving's chosen point against the full
 grid's best at the same seeds, judged on fresh seeds; the run-steps and the
 wall time it spends against the full grid's.
 
-    python -m benchmarks.search_quality [--grid access_control] [--reps 50] [--seeds 10]
+    python -m benchmarks.search_quality [--grid access_control|boyan_ctdc|cliff_cgq] [--reps 50] [--seeds 10]
         [--steps 50000] [--real 3] [--min-steps S] [--smoke]
+
+The Access-Control grid (continuing control) replays halving from one full
+grid over every repetition's seeds; the Boyan CTDC grid (prediction, the
+paper's 576 points) and CliffWalking's CGQ grid (episodic control, the control
+reproduction's 18 points) are cheap enough to run the compiled search itself
+in every repetition (`prediction_quality`, `control_quality`).
 
   1. The full grid on reps x seeds seeds in one sweep (`continuing.sweep.run`);
      repetition r uses seeds r * seeds .. (r + 1) * seeds - 1 (their streams
@@ -43,6 +49,11 @@ GRIDS = {
                                             "eta": [0.0, 2.0 ** -8, 2.0 ** -6, 2.0 ** -4, 2.0 ** -2, 1.0]},
                            gamma=[0.0, 0.5, 0.8, 0.9, 0.99, 0.999, 1.0], reward_offset=[-8.0, -4.0, 0.0, 4.0, 8.0]),
 }
+# The paper's CTDC grid on Boyan's chain (Appendix A, experiments.grids): 9 x 8 x 8 points, 1000 steps.
+BOYAN_CTDC = dict(env="boyan_chain", algorithm="ctdc", steps=1000, log_every=10,
+                  hyperparameters={"alpha": [1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.2, 0.3],
+                                   "zeta": [5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.2, 0.5],
+                                   "beta": [5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.2, 0.5]})
 SMOKE = dict(task="access_control", algorithm="q_vrc", hyperparameters={"alpha": [2.0 ** -5, 0.5], "eta": [2.0 ** -6, 1.0]},
              gamma=[0.9, 1.0], reward_offset=[0.0, 8.0])
 
@@ -67,7 +78,7 @@ def replay(reward: np.ndarray, stopped_scores, sched, K: int) -> int:
 
 def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--grid", default="access_control", choices=sorted(GRIDS))
+    p.add_argument("--grid", default="access_control", choices=sorted(GRIDS) + ["boyan_ctdc", "cliff_cgq"])
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--steps", type=int, default=50_000)
@@ -78,6 +89,10 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
     args = p.parse_args(argv)
     cores = _common.use_all_cpu_cores()
     _common.configure_cache(None)
+    if args.grid == "boyan_ctdc":
+        return prediction_quality(args, cores)
+    if args.grid == "cliff_cgq":
+        return control_quality(args, cores)
     from bec_jax.control.continuing import sweep
     from bec_jax.control.continuing.spec import ContinuingSpec
     from bec_jax.stats import t_interval
@@ -142,6 +157,147 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
     path = _common.write_json(_common.result_path(_common.RESULTS_DIR, name, args.smoke), out)
     print(f"wrote {path}")
     return 0 if all(x["chosen"] == x["replayed"] for x in real) else 1
+
+
+def prediction_quality(args, cores: int) -> int:
+    """Halving on the paper's Boyan CTDC grid, the compiled search run in
+    every repetition (seeds r * seeds ..) against one full grid over all the
+    repetitions' seeds; fresh seeds: `--seeds * 10` streams after every
+    repetition's. Score: the area under the RMSPBE curve (lower is better; a
+    point with a diverged seed is never the best)."""
+    from bec_jax.prediction import sweep
+    from bec_jax.prediction.spec import SweepSpec
+    from bec_jax.stats import t_interval
+
+    grid = dict(BOYAN_CTDC, steps=args.steps if args.steps != 50_000 else BOYAN_CTDC["steps"])
+    if args.smoke:
+        grid["hyperparameters"] = {"alpha": [1e-3, 0.1, 0.3], "zeta": [1e-2, 0.1], "beta": [1e-2, 0.1]}
+        args.reps, args.seeds, args.real = 4, 3, 1
+    N, R, F = args.seeds, args.reps, 10 * args.seeds
+    search = {"rate": args.rate, "min_steps": args.min_steps}
+
+    def mean_auc(res, seeds):  # each point's mean area over the seeds `seeds`; +inf where one diverged
+        a = res.auc_seed[0][:, seeds]
+        return np.where(np.isfinite(a).all(-1), a.mean(-1), np.inf)
+
+    t0 = time.perf_counter()
+    big = sweep.run(SweepSpec(**grid, seeds=N * R), progress=False)
+    t_big = time.perf_counter() - t0
+    fresh = sweep.run(SweepSpec(**grid, seeds=F, seed_offset=N * R), progress=False)
+    f_mean = mean_auc(fresh, slice(None))
+    finite = np.isfinite(f_mean)
+    G = big.num_points
+    rows, real = [], []
+    for r in range(R):
+        best = int(np.argmin(mean_auc(big, slice(r * N, (r + 1) * N))))
+        spec = SweepSpec(**grid, seeds=N, seed_offset=r * N, search=search)
+        found = sweep.run(spec, progress=False)
+        chosen = found.best_index()
+        _, _, hi_best = t_interval(fresh.auc_seed[0][best])  # lower is better: inside means below the best's upper end
+        span = max(f_mean[finite].max() - f_mean[finite].min(), 1e-12)
+        rows.append({"rep": r, "best": best, "chosen": chosen, "same": chosen == best,
+                     "inside": bool(chosen == best or f_mean[chosen] <= hi_best),
+                     "regret": float((f_mean[chosen] - f_mean[best]) / span) if finite[[best, chosen]].all() else 1.0,
+                     "fresh_best": float(f_mean[best]), "fresh_chosen": float(f_mean[chosen])})
+        if r < args.real:
+            full = sweep.run(spec.replace(search=None), progress=False)
+            real.append({"rep": r, "chosen": chosen, "full_best": full.best_index(),
+                         "search_run_s": found.meta["run_time_s"], "full_run_s": full.meta["run_time_s"],
+                         "search_compile_s": found.meta["compile_time_s"], "full_compile_s": full.meta["compile_time_s"]})
+        sched, m = spec.search_schedule(), found.meta["search"]
+        steps_ratio = m["search_run_steps"] / m["full_run_steps"]
+    wall = np.median([x["search_run_s"] / x["full_run_s"] for x in real]) if real else float("nan")
+    same, inside = np.mean([x["same"] for x in rows]), np.mean([x["inside"] for x in rows])
+    out = {"machine": _common.describe_machine(_common.machine_info(), _common.jax_info()), "cores": cores,
+           "timestamp": _common.timestamp(), "grid": "boyan_ctdc" if not args.smoke else "smoke_boyan", "points": G,
+           "seeds_per_rep": N, "reps": R, "fresh_seeds": F, "steps": grid["steps"], "search": spec.search,
+           "schedule": {"ends_steps": [e * grid["log_every"] for e in sched.ends], "points": list(sched.points)},
+           "same_as_full_best": float(same), "inside_best_interval_on_fresh_seeds": float(inside),
+           "mean_normalized_regret": float(np.mean([x["regret"] for x in rows])),
+           "run_steps_ratio": steps_ratio, "wall_time_ratio": float(wall), "full_grid_all_reps_s": t_big,
+           "real_runs": real, "reps_detail": rows}
+    print(f"machine: {out['machine']}")
+    print(f"grid boyan_ctdc: {G} points, {R} repetitions x {N} seeds x {grid['steps']:,} steps; rungs end at "
+          f"{out['schedule']['ends_steps']} steps with {list(sched.points)} points")
+    print(f"same as the full grid's best: {same:.0%}; the best or inside its 95% interval on {F} fresh seeds: "
+          f"{inside:.0%}; mean normalized regret {out['mean_normalized_regret']:.4f}")
+    print(f"run-steps: {steps_ratio:.3f}x the full grid's; wall time (run, median of {len(real)}): {wall:.3f}x")
+    name = "search_quality_boyan" + ("" if args.min_steps is None else f"_min{args.min_steps}")
+    path = _common.write_json(_common.result_path(_common.RESULTS_DIR, name, args.smoke), out)
+    print(f"wrote {path}")
+    return 0
+
+
+def control_quality(args, cores: int) -> int:
+    """Halving on the control reproduction's CliffWalking CGQ grid (alpha x
+    beta x zeta around the authors' setting, 3000 episodes, its step budget;
+    experiments.control), ranked by the mean return per episode: repetition r
+    is the full grid and the compiled search at base seed r (independent
+    streams); fresh seeds: `--seeds * 10` runs at base seed 10,000."""
+    from bec_jax.control import sweep
+    from bec_jax.stats import t_interval
+    from experiments import control as cexp
+
+    spec0 = cexp.spec_for("cliff_walking", "cgq")
+    if args.smoke:
+        spec0 = cexp.spec_for("cliff_walking", "cgq", quick=True)
+        args.reps, args.seeds, args.real = 4, 3, 1
+    N, R, F = args.seeds, args.reps, 10 * args.seeds
+    search = {"rate": args.rate, "min_steps": args.min_steps, "metric": "return"}
+
+    def score(res):  # (G, N) each run's mean return per episode; NaN for a run that did not finish
+        per = res.returns.astype(np.float64).mean(-1)
+        done = (res.lengths > 0).all(-1) & (res.diverged_step < 0)
+        return np.where(done, per, np.nan)
+
+    fresh = sweep.run(spec0.replace(seeds=F, seed=10_000), progress=False)
+    f_runs = score(fresh)
+    f_mean = np.where(np.isfinite(f_runs).all(-1), f_runs.mean(-1), np.nan)
+    finite = np.isfinite(f_mean)
+    span = max(np.nanmax(f_mean) - np.nanmin(f_mean), 1e-12)
+    rows, real, t_full, t_search, ratios = [], [], [], [], []
+    for r in range(R):
+        spec = spec0.replace(seeds=N, seed=r)
+        full = sweep.run(spec, progress=False)
+        found = sweep.run(spec.replace(search=search), progress=False)
+        best, chosen = full.best_index("return"), found.best_index("return")
+        t_full.append(full.meta["run_time_s"])
+        t_search.append(found.meta["run_time_s"])
+        _, lo_best, _ = t_interval(f_runs[best]) if finite[best] else (None, -np.inf, None)
+        rows.append({"rep": r, "best": best, "chosen": chosen, "same": chosen == best,
+                     "inside": bool(chosen == best or (finite[chosen] and f_mean[chosen] >= lo_best)),
+                     "regret": float((f_mean[best] - f_mean[chosen]) / span) if finite[[best, chosen]].all() else 1.0,
+                     "fresh_best": float(f_mean[best]), "fresh_chosen": float(f_mean[chosen])})
+        if r < args.real:
+            real.append({"rep": r, "chosen": chosen, "full_best": best, "search_run_s": t_search[-1],
+                         "full_run_s": t_full[-1], "search_compile_s": found.meta["compile_time_s"],
+                         "full_compile_s": full.meta["compile_time_s"]})
+        m = found.meta["search"]
+        # The search's blocks advanced (each run while its point ran) against the
+        # full grid's steps in finished episodes: what each spent, the search's work counted whole.
+        ratios.append(m["search_run_steps"] / int(full.lengths.astype(np.int64).sum()))
+    steps_ratio = float(np.mean(ratios))
+    wall = float(np.median(np.asarray(t_search) / np.asarray(t_full)))
+    same, inside = np.mean([x["same"] for x in rows]), np.mean([x["inside"] for x in rows])
+    out = {"machine": _common.describe_machine(_common.machine_info(), _common.jax_info()), "cores": cores,
+           "timestamp": _common.timestamp(), "grid": "cliff_cgq" if not args.smoke else "smoke_cliff",
+           "points": full.num_points, "seeds_per_rep": N, "reps": R, "fresh_seeds": F, "episodes": spec.episodes,
+           "search": found.spec.search, "schedule": {"ends_steps": m["rung_steps"], "points": m["rung_points"]},
+           "same_as_full_best": float(same), "inside_best_interval_on_fresh_seeds": float(inside),
+           "mean_normalized_regret": float(np.mean([x["regret"] for x in rows])),
+           "run_steps_ratio": steps_ratio, "run_steps_ratio_note": "the search's blocks advanced against the full grid's steps in episodes, mean over reps",
+           "wall_time_ratio": wall, "real_runs": real, "reps_detail": rows}
+    print(f"machine: {out['machine']}")
+    print(f"grid cliff_cgq: {full.num_points} points, {R} repetitions x {N} seeds x {spec.episodes:,} episodes; rungs "
+          f"end at {m['rung_steps']} steps with {m['rung_points']} points")
+    print(f"same as the full grid's best: {same:.0%}; the best or inside its 95% interval on {F} fresh seeds: "
+          f"{inside:.0%}; mean normalized regret {out['mean_normalized_regret']:.4f}")
+    print(f"run-steps: {steps_ratio:.3f}x the full grid's (mean over repetitions); wall time (run, median of {R}): "
+          f"{wall:.3f}x")
+    name = "search_quality_cliff" + ("" if args.min_steps is None else f"_min{args.min_steps}")
+    path = _common.write_json(_common.result_path(_common.RESULTS_DIR, name, args.smoke), out)
+    print(f"wrote {path}")
+    return 0
 
 
 if __name__ == "__main__":
