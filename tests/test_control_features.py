@@ -269,6 +269,7 @@ def test_gymnax_fourier_loop_steps_match_numpy(name):
 
 # ------------------------------------------------------------------ the README's quickstart
 
+@pytest.mark.long
 def test_readme_control_quickstart_runs_as_pasted(tmp_path):
     """The README's second quickstart (the same block as docs/control.md's "Your
     task, your features"), run by bash

@@ -154,6 +154,7 @@ def test_block_runs_as_pasted(b, tmp_path):
         assert p.stdout.split()[:2] == ["0.2", "True"], p.stdout
 
 
+@pytest.mark.long
 def test_sweeps_page_runs_as_pasted(tmp_path, monkeypatch):
     """docs/sweeps.md's two command lines, the second on its TOML block saved as
     sweep.toml: the grids are what the block says."""

@@ -70,6 +70,7 @@ def test_sweep_your_mdp(capsys):
     assert printed.count("final RMSCBE") == 8 and "diverged 1.00  exact: diverges in mean" in printed
 
 
+@pytest.mark.long
 def test_gymnax_control(capsys):
     pytest.importorskip("gymnax")
     out = _load("gymnax_control").main(episodes=20, seeds=2)
@@ -89,6 +90,7 @@ def test_gymnax_control(capsys):
             assert f"{rec['auc_return']:7.1f}" in printed[len(summary) * (name == "cq") + i]
 
 
+@pytest.mark.long
 def test_centered_ppo_critic(capsys):
     pytest.importorskip("gymnax")
     beta = 0.1
@@ -105,6 +107,7 @@ def test_centered_ppo_critic(capsys):
     assert finished.sum() >= 10 and (m["return"][finished] >= 8).all()
 
 
+@pytest.mark.long
 def test_study_to_pandas_as_a_script(tmp_path):
     pytest.importorskip("pandas")
     from bec_jax.prediction.results import SweepResult

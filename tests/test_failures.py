@@ -191,7 +191,7 @@ def _run_args(name, out, *extra):
 
 @pytest.mark.parametrize("mode,expected", [
     ("trace", "ZeroDivisionError: division by zero"),
-    ("runtime", "ZeroDivisionError: float division by zero at run time"),
+    pytest.param("runtime", "ZeroDivisionError: float division by zero at run time", marks=pytest.mark.long),
 ])
 def test_a_failing_user_algorithm_is_one_line_and_the_command_runs_again(user_dir, mode, expected):
     d, name = user_dir

@@ -285,6 +285,7 @@ LONG = ["run", "--env", "boyan_chain", "--algorithm", "ctdc", "--alpha", "0.1", 
         "--steps", "2000000", "--seeds", "4", "--log-every", "100", "--chunk-size", "1"]
 
 
+@pytest.mark.long
 def test_sigterm_stops_at_a_segment_and_resume_is_identical(tmp_path):
     # cpu=False: compared below with this process's run, on the default device.
     env = dict(xla_flags(devices=1, cpu=False), BEC_JAX_NO_CACHE="1")

@@ -120,6 +120,7 @@ def test_common_random_numbers_and_shift_zero(train, first_pass):
     assert np.all(np.abs(first_pass["omega"][1:, :, 0]) < TINY.beta * 10)
 
 
+@pytest.mark.long
 def test_end_to_end_writes_table_and_figure(train, first_pass, tmp_path):
     """train_task (second pass: shift with c = centered's final omega) -> summary,
     table, figure; every final return is finite and in CartPole's [1, 500]."""

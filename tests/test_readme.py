@@ -6,10 +6,12 @@ import sys
 import tomllib
 
 import numpy as np
+import pytest
 from docs_blocks import REPO
 from docs_blocks import code as block
 
 
+@pytest.mark.long
 def test_agent_program_runs_as_pasted(tmp_path):
     code = block("docs/agents.md", "python", section="A centered TD loss for any network")
     assert "my_network_apply" not in code  # complete: nothing left for the reader to define
@@ -33,6 +35,7 @@ def test_study_file_shown_is_the_worked_study():
     assert shown == worked
 
 
+@pytest.mark.long
 def test_control_program_runs_as_pasted(tmp_path):
     code = block("docs/control.md", "python", containing="ControlSpec(")
     code += ("\nrec = r.summary()[b]\n"

@@ -171,6 +171,7 @@ def test_chunk_parts_from_two_processes_assemble_bitwise(tmp_path, cli_env, caps
     assert "chunks: expected K/N with 1 <= K <= N, got 3/2" in capsys.readouterr().err
 
 
+@pytest.mark.long
 def test_study_parts_assemble_to_the_single_study(tmp_path, cli_env, capsys):
     (tmp_path / "s.toml").write_text('seeds = 6\nsteps = 60\nlog_every = 20\n[[sweep]]\nenv = "two_state"\n'
                                      'algorithm = "ctd"\nalpha = [0.01, 0.05, 0.1]\nbeta = [0.1, 0.2]\n'
@@ -263,6 +264,7 @@ def test_two_jax_processes_equal_one_bit_for_bit(tmp_path, cli_env, capsys):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.long
 def test_distributed_study_equals_one_process(tmp_path, cli_env):
     env = xla_flags(cli_env, cpu=True)  # CPU devices and gloo, on a GPU machine too
     (tmp_path / "s.toml").write_text('seeds = 8\nsteps = 100\nlog_every = 20\n[[sweep]]\nenv = "two_state"\n'
