@@ -76,6 +76,32 @@ def replay(reward: np.ndarray, stopped_scores, sched, K: int) -> int:
     raise AssertionError("unreachable")
 
 
+def _summary(cores: int, rows: list, real: list, **fields) -> dict:
+    """The JSON of a grid's run: the machine, `fields`, and the rates of the
+    repetitions' `rows` (same answer, inside the interval, mean regret)."""
+    return {"machine": _common.describe_machine(_common.machine_info(), _common.jax_info()), "cores": cores,
+            "timestamp": _common.timestamp(), **fields,
+            "same_as_full_best": float(np.mean([x["same"] for x in rows])),
+            "inside_best_interval_on_fresh_seeds": float(np.mean([x["inside"] for x in rows])),
+            "mean_normalized_regret": float(np.mean([x["regret"] for x in rows])), "real_runs": real,
+            "reps_detail": rows}
+
+
+def _report(out: dict, length: str, fresh: str, name: str, smoke: bool) -> str:
+    """Prints `out`'s table (`length`: a run's length in words) and writes its JSON; returns the path."""
+    print(f"machine: {out['machine']}")
+    print(f"grid {out['grid']}: {out['points']} points, {out['reps']} repetitions x {out['seeds_per_rep']} seeds x "
+          f"{length}; rungs end at {out['schedule']['ends_steps']} steps with {out['schedule']['points']} points")
+    print(f"same as the full grid's best: {out['same_as_full_best']:.0%}; the best or inside its 95% interval on "
+          f"{fresh}: {out['inside_best_interval_on_fresh_seeds']:.0%}; mean normalized regret "
+          f"{out['mean_normalized_regret']:.4f}")
+    print(f"run-steps: {out['run_steps_ratio']:.3f}x the full grid's; wall time (run, median of "
+          f"{out.get('wall_reps', len(out['real_runs']))}): {out['wall_time_ratio']:.3f}x")
+    path = _common.write_json(_common.result_path(_common.RESULTS_DIR, name, smoke), out)
+    print(f"wrote {path}")
+    return path
+
+
 def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--grid", default="access_control", choices=sorted(GRIDS) + ["boyan_ctdc", "cliff_cgq"])
@@ -133,29 +159,16 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
                      "full_compile_s": full.meta["compile_time_s"]})
     steps_ratio = sched.run_blocks(N) / (G * N * one.num_blocks)
     wall = np.median([x["search_run_s"] / x["full_run_s"] for x in real]) if real else float("nan")
-    same = np.mean([x["same"] for x in rows])
-    inside = np.mean([x["inside"] for x in rows])
-    out = {"machine": _common.describe_machine(_common.machine_info(), _common.jax_info()), "cores": cores,
-           "timestamp": _common.timestamp(), "grid": args.grid if not args.smoke else "smoke", "points": G,
-           "seeds_per_rep": N, "reps": R, "steps": args.steps, "search": one.search,
-           "schedule": {"ends_steps": [e * K for e in sched.ends], "points": list(sched.points)},
-           "same_as_full_best": float(same), "inside_best_interval_on_fresh_seeds": float(inside),
-           "mean_normalized_regret": float(np.mean([x["regret"] for x in rows])),
-           "run_steps_ratio": steps_ratio, "wall_time_ratio": float(wall), "full_grid_all_reps_s": t_big,
-           "real_runs": real, "reps_detail": rows}
-    print(f"machine: {out['machine']}")
-    print(f"grid {out['grid']}: {G} points, {R} repetitions x {N} seeds x {args.steps:,} steps; rungs end at "
-          f"{out['schedule']['ends_steps']} steps with {list(sched.points)} points")
-    print(f"same as the full grid's best: {same:.0%}; the best or inside its 95% interval on fresh seeds: "
-          f"{inside:.0%}; mean normalized regret {out['mean_normalized_regret']:.4f}")
-    print(f"run-steps: {steps_ratio:.3f}x the full grid's; wall time (run, median of {len(real)}): {wall:.3f}x")
+    out = _summary(cores, rows, real, grid=args.grid if not args.smoke else "smoke", points=G, seeds_per_rep=N,
+                   reps=R, steps=args.steps, search=one.search,
+                   schedule={"ends_steps": [e * K for e in sched.ends], "points": list(sched.points)},
+                   run_steps_ratio=steps_ratio, wall_time_ratio=float(wall), full_grid_all_reps_s=t_big)
+    name = "search_quality" + ("" if args.min_steps is None else f"_min{args.min_steps}")
+    _report(out, f"{args.steps:,} steps", "fresh seeds", name, args.smoke)
     for x in real:
         print(f"  real search rep {x['rep']}: chose {x['chosen']} (replay {x['replayed']}, full best {x['full_best']}); "
               f"run {x['search_run_s']:.2f} s against {x['full_run_s']:.2f} s, compile {x['search_compile_s']:.1f} s "
               f"against {x['full_compile_s']:.1f} s")
-    name = "search_quality" + ("" if args.min_steps is None else f"_min{args.min_steps}")
-    path = _common.write_json(_common.result_path(_common.RESULTS_DIR, name, args.smoke), out)
-    print(f"wrote {path}")
     return 0 if all(x["chosen"] == x["replayed"] for x in real) else 1
 
 
@@ -207,24 +220,12 @@ def prediction_quality(args, cores: int) -> int:
         sched, m = spec.search_schedule(), found.meta["search"]
         steps_ratio = m["search_run_steps"] / m["full_run_steps"]
     wall = np.median([x["search_run_s"] / x["full_run_s"] for x in real]) if real else float("nan")
-    same, inside = np.mean([x["same"] for x in rows]), np.mean([x["inside"] for x in rows])
-    out = {"machine": _common.describe_machine(_common.machine_info(), _common.jax_info()), "cores": cores,
-           "timestamp": _common.timestamp(), "grid": "boyan_ctdc" if not args.smoke else "smoke_boyan", "points": G,
-           "seeds_per_rep": N, "reps": R, "fresh_seeds": F, "steps": grid["steps"], "search": spec.search,
-           "schedule": {"ends_steps": [e * grid["log_every"] for e in sched.ends], "points": list(sched.points)},
-           "same_as_full_best": float(same), "inside_best_interval_on_fresh_seeds": float(inside),
-           "mean_normalized_regret": float(np.mean([x["regret"] for x in rows])),
-           "run_steps_ratio": steps_ratio, "wall_time_ratio": float(wall), "full_grid_all_reps_s": t_big,
-           "real_runs": real, "reps_detail": rows}
-    print(f"machine: {out['machine']}")
-    print(f"grid boyan_ctdc: {G} points, {R} repetitions x {N} seeds x {grid['steps']:,} steps; rungs end at "
-          f"{out['schedule']['ends_steps']} steps with {list(sched.points)} points")
-    print(f"same as the full grid's best: {same:.0%}; the best or inside its 95% interval on {F} fresh seeds: "
-          f"{inside:.0%}; mean normalized regret {out['mean_normalized_regret']:.4f}")
-    print(f"run-steps: {steps_ratio:.3f}x the full grid's; wall time (run, median of {len(real)}): {wall:.3f}x")
+    out = _summary(cores, rows, real, grid="boyan_ctdc" if not args.smoke else "smoke_boyan", points=G,
+                   seeds_per_rep=N, reps=R, fresh_seeds=F, steps=grid["steps"], search=spec.search,
+                   schedule={"ends_steps": [e * grid["log_every"] for e in sched.ends], "points": list(sched.points)},
+                   run_steps_ratio=steps_ratio, wall_time_ratio=float(wall), full_grid_all_reps_s=t_big)
     name = "search_quality_boyan" + ("" if args.min_steps is None else f"_min{args.min_steps}")
-    path = _common.write_json(_common.result_path(_common.RESULTS_DIR, name, args.smoke), out)
-    print(f"wrote {path}")
+    _report(out, f"{grid['steps']:,} steps", f"{F} fresh seeds", name, args.smoke)
     return 0
 
 
@@ -278,25 +279,13 @@ def control_quality(args, cores: int) -> int:
         ratios.append(m["search_run_steps"] / int(full.lengths.astype(np.int64).sum()))
     steps_ratio = float(np.mean(ratios))
     wall = float(np.median(np.asarray(t_search) / np.asarray(t_full)))
-    same, inside = np.mean([x["same"] for x in rows]), np.mean([x["inside"] for x in rows])
-    out = {"machine": _common.describe_machine(_common.machine_info(), _common.jax_info()), "cores": cores,
-           "timestamp": _common.timestamp(), "grid": "cliff_cgq" if not args.smoke else "smoke_cliff",
-           "points": full.num_points, "seeds_per_rep": N, "reps": R, "fresh_seeds": F, "episodes": spec.episodes,
-           "search": found.spec.search, "schedule": {"ends_steps": m["rung_steps"], "points": m["rung_points"]},
-           "same_as_full_best": float(same), "inside_best_interval_on_fresh_seeds": float(inside),
-           "mean_normalized_regret": float(np.mean([x["regret"] for x in rows])),
-           "run_steps_ratio": steps_ratio, "run_steps_ratio_note": "the search's blocks advanced against the full grid's steps in episodes, mean over reps",
-           "wall_time_ratio": wall, "real_runs": real, "reps_detail": rows}
-    print(f"machine: {out['machine']}")
-    print(f"grid cliff_cgq: {full.num_points} points, {R} repetitions x {N} seeds x {spec.episodes:,} episodes; rungs "
-          f"end at {m['rung_steps']} steps with {m['rung_points']} points")
-    print(f"same as the full grid's best: {same:.0%}; the best or inside its 95% interval on {F} fresh seeds: "
-          f"{inside:.0%}; mean normalized regret {out['mean_normalized_regret']:.4f}")
-    print(f"run-steps: {steps_ratio:.3f}x the full grid's (mean over repetitions); wall time (run, median of {R}): "
-          f"{wall:.3f}x")
+    out = _summary(cores, rows, real, grid="cliff_cgq" if not args.smoke else "smoke_cliff", points=full.num_points,
+                   seeds_per_rep=N, reps=R, fresh_seeds=F, episodes=spec.episodes, search=found.spec.search,
+                   schedule={"ends_steps": m["rung_steps"], "points": m["rung_points"]}, run_steps_ratio=steps_ratio,
+                   run_steps_ratio_note="the search's blocks advanced against the full grid's steps in episodes, "
+                                        "mean over reps", wall_time_ratio=wall, wall_reps=R)
     name = "search_quality_cliff" + ("" if args.min_steps is None else f"_min{args.min_steps}")
-    path = _common.write_json(_common.result_path(_common.RESULTS_DIR, name, args.smoke), out)
-    print(f"wrote {path}")
+    _report(out, f"{spec.episodes:,} episodes", f"{F} fresh seeds", name, args.smoke)
     return 0
 
 
