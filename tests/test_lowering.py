@@ -223,6 +223,22 @@ def test_prediction_segment_programs():
         assert_portable(text)
 
 
+def test_prediction_search_program():
+    """A prediction search (engine.search, prediction.programs.searched) as one
+    program, with dense features: the rungs' loops over batches, the ranking (a
+    sort) and the survivors' gathers add no callback, no float64 and no dot
+    below HIGHEST."""
+    spec = SweepSpec(algorithm="ctdc", hyperparameters={"alpha": [0.01 * (k + 1) for k in range(9)], "beta": [0.1],
+                     "zeta": [0.1]}, seeds=2, steps=100, log_every=10, search={"rate": 3}, **DENSE_ENV)
+    assert spec.search_schedule().points == (9, 3)
+    groups, chunks = sweep.plan(spec, spec.num_points)
+    prog = sweep.make_program(spec, groups[0], spec.num_points, devices=ONE, form=GPU_FORM)
+    text = lower_cuda(prog.fn, np.uint32(0), sweep.chunk_grid(spec, groups[0], chunks[0]))
+    assert "sort" in text  # the ranking is in the program, not on the host
+    assert dot_count(text) > 0
+    assert_portable(text)
+
+
 def test_prediction_joint_program():
     """One program for three sweeps that `run_many` packs together."""
     specs = [_prediction_spec(name, **DENSE_ENV) for name in ("td", "ctdc", "gtd2")]
