@@ -3,7 +3,7 @@ repetitions with independent seeds, halving's chosen point against the full
 grid's best at the same seeds, judged on fresh seeds; the run-steps and the
 wall time it spends against the full grid's.
 
-    python -m benchmarks.search_quality [--grid access_control|boyan_ctdc|cliff_cgq] [--reps 50] [--seeds 10]
+    python -m benchmarks.search_quality [--grid access_control|deep_catch|boyan_ctdc|cliff_cgq] [--reps 50] [--seeds 10]
         [--steps 50000] [--real 3] [--min-steps S] [--smoke]
 
 The Access-Control grid (continuing control) replays halving from one full
@@ -48,6 +48,12 @@ GRIDS = {
                            hyperparameters={"alpha": [2.0 ** -k for k in range(7, -1, -1)],
                                             "eta": [0.0, 2.0 ** -8, 2.0 ** -6, 2.0 ** -4, 2.0 ** -2, 1.0]},
                            gamma=[0.0, 0.5, 0.8, 0.9, 0.99, 0.999, 1.0], reward_offset=[-8.0, -4.0, 0.0, 4.0, 8.0]),
+    # A small deep grid: Naik et al.'s CDQN (their unbiased step size) on Catch's board, a small network and
+    # sampled batches so that 50 repetitions fit a 2-core CPU (their full-batch grid is GPU work: deep_speed.py).
+    "deep_catch": dict(task="catch", task_params={"features": "board"}, algorithm="cdqn_unbiased",
+                       hyperparameters={"alpha": [2.0 ** -10, 2.0 ** -8, 2.0 ** -6, 2.0 ** -4], "eta": [0.0, 1.0]},
+                       gamma=[0.99], reward_offset=[0.0, 4.0],
+                       learner_params={"hidden": [32], "buffer": 1000, "batch": 32}),
 }
 # The paper's CTDC grid on Boyan's chain (Appendix A, experiments.grids): 9 x 8 x 8 points, 1000 steps.
 BOYAN_CTDC = dict(env="boyan_chain", algorithm="ctdc", steps=1000, log_every=10,
@@ -163,7 +169,8 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
                    reps=R, steps=args.steps, search=one.search,
                    schedule={"ends_steps": [e * K for e in sched.ends], "points": list(sched.points)},
                    run_steps_ratio=steps_ratio, wall_time_ratio=float(wall), full_grid_all_reps_s=t_big)
-    name = "search_quality" + ("" if args.min_steps is None else f"_min{args.min_steps}")
+    name = ("search_quality" + ("" if args.grid == "access_control" else f"_{args.grid}")
+            + ("" if args.min_steps is None else f"_min{args.min_steps}"))
     _report(out, f"{args.steps:,} steps", "fresh seeds", name, args.smoke)
     for x in real:
         print(f"  real search rep {x['rep']}: chose {x['chosen']} (replay {x['replayed']}, full best {x['full_best']}); "
