@@ -117,6 +117,8 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
     p.add_argument("--real", type=int, default=3)
     p.add_argument("--rate", type=float, default=3)
     p.add_argument("--min-steps", type=int, default=None)
+    p.add_argument("--also-min-steps", default="", metavar="S,S,...",
+                   help="continuing grids: the same repetitions replayed with these --min-steps too (no more runs)")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args(argv)
     cores = _common.use_all_cpu_cores()
@@ -140,20 +142,32 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
     one = ContinuingSpec(**grid, seeds=N, steps=args.steps, search=search)
     sched, K, G = one.search_schedule(), one.block_steps, one.num_points
     rate_all = big.reward_rate("all")  # (G, R N)
-    lo_means = []
-    rows = []
-    for r in range(R):
-        mine = slice(r * N, (r + 1) * N)
-        best = int(np.argmax(rate_all[:, mine].mean(-1)))
-        chosen = replay(big.reward[:, mine], None, sched, K)
-        fresh = np.delete(rate_all, np.arange(r * N, (r + 1) * N), axis=1)  # every other repetition's seeds
-        f_mean = fresh.mean(-1)
-        m_best, lo_best, _ = t_interval(fresh[best])
-        lo_means.append(lo_best)
-        regret = (f_mean[best] - f_mean[chosen]) / max(f_mean.max() - f_mean.min(), 1e-12)
-        rows.append({"rep": r, "best": best, "chosen": chosen, "same": chosen == best,
-                     "inside": bool(chosen == best or f_mean[chosen] >= lo_best), "regret": float(regret),
-                     "fresh_best": float(m_best), "fresh_chosen": float(f_mean[chosen])})
+    def judge(sched_) -> list[dict]:  # each repetition's choice under `sched_`, judged on fresh seeds
+        out_ = []
+        for r in range(R):
+            mine = slice(r * N, (r + 1) * N)
+            best = int(np.argmax(rate_all[:, mine].mean(-1)))
+            chosen = replay(big.reward[:, mine], None, sched_, K)
+            fresh = np.delete(rate_all, np.arange(r * N, (r + 1) * N), axis=1)  # every other repetition's seeds
+            f_mean = fresh.mean(-1)
+            m_best, lo_best, _ = t_interval(fresh[best])
+            regret = (f_mean[best] - f_mean[chosen]) / max(f_mean.max() - f_mean.min(), 1e-12)
+            out_.append({"rep": r, "best": best, "chosen": chosen, "same": chosen == best,
+                         "inside": bool(chosen == best or f_mean[chosen] >= lo_best), "regret": float(regret),
+                         "fresh_best": float(m_best), "fresh_chosen": float(f_mean[chosen])})
+        return out_
+
+    rows = judge(sched)
+    variants = []
+    for m in [int(x) for x in args.also_min_steps.split(",") if x]:
+        sm = ContinuingSpec(**grid, seeds=N, steps=args.steps, search={**search, "min_steps": m}).search_schedule()
+        rm = judge(sm)
+        variants.append({"min_steps": m, "ends_steps": [e * K for e in sm.ends], "points": list(sm.points),
+                         "same_as_full_best": float(np.mean([x["same"] for x in rm])),
+                         "inside_best_interval_on_fresh_seeds": float(np.mean([x["inside"] for x in rm])),
+                         "mean_normalized_regret": float(np.mean([x["regret"] for x in rm])),
+                         "run_steps_ratio": sm.run_blocks(N) / (G * N * one.num_blocks),
+                         "chosen": sorted({x["chosen"] for x in rm})})
     real = []
     for r in range(min(args.real, R)):
         spec = ContinuingSpec(**grid, seeds=N, steps=args.steps, seed_offset=r * N, search=search)
@@ -168,10 +182,15 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
     out = _summary(cores, rows, real, grid=args.grid if not args.smoke else "smoke", points=G, seeds_per_rep=N,
                    reps=R, steps=args.steps, search=one.search,
                    schedule={"ends_steps": [e * K for e in sched.ends], "points": list(sched.points)},
-                   run_steps_ratio=steps_ratio, wall_time_ratio=float(wall), full_grid_all_reps_s=t_big)
+                   run_steps_ratio=steps_ratio, wall_time_ratio=float(wall), full_grid_all_reps_s=t_big,
+                   min_steps_variants=variants)
     name = ("search_quality" + ("" if args.grid == "access_control" else f"_{args.grid}")
             + ("" if args.min_steps is None else f"_min{args.min_steps}"))
     _report(out, f"{args.steps:,} steps", "fresh seeds", name, args.smoke)
+    for v in variants:
+        print(f"  --min-steps {v['min_steps']}: rungs end at {v['ends_steps']} with {v['points']} points; same "
+              f"{v['same_as_full_best']:.0%}, inside {v['inside_best_interval_on_fresh_seeds']:.0%}, regret "
+              f"{v['mean_normalized_regret']:.4f}, run-steps {v['run_steps_ratio']:.3f}x")
     for x in real:
         print(f"  real search rep {x['rep']}: chose {x['chosen']} (replay {x['replayed']}, full best {x['full_best']}); "
               f"run {x['search_run_s']:.2f} s against {x['full_run_s']:.2f} s, compile {x['search_compile_s']:.1f} s "
