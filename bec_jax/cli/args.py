@@ -381,6 +381,16 @@ def continuing_spec_from_args(args):
 SEARCH_OPTIONS = {"halving_rate": "rate", "rungs": "rungs", "min_steps": "min_steps"}
 
 
+def study_defaults(args) -> dict | None:
+    """The shared defaults `bec-jax study` gives the file's sweeps: {"search":
+    ...} with --search (`search_of`), else None; `UsageError` for --search
+    without the file (a resumed study keeps the searches it started with)."""
+    search = search_of(args)
+    if search is not None and not args.file:
+        raise UsageError("search: goes with the study's file (a resumed study keeps the searches it started with)")
+    return {"search": search} if search is not None else None
+
+
 def search_of(args) -> dict | None:
     """The spec's `search` from `--search halving [--halving-rate ETA]
     [--rungs R] [--min-steps S]` (None without --search); `UsageError` for a

@@ -158,12 +158,13 @@ def submit(args, spec, command: str) -> int:
     study for `study`) and `--out`, submits its parts and assembling job
     (`run.slurm.submit`), and says how to follow them. Returns 0."""
     _check_args(args)
-    if getattr(spec, "search", None) is not None:
+    from bec_jax.run import study
+    if getattr(spec, "search", None) is not None or (command == "study" and spec is not None and study.searches(spec)):
         raise rundir.RunError("submit: a search runs every grid point in one compiled call, not in parts; run it "
                               f"as one job (sbatch --wrap 'bec-jax {command} ... --search halving')")
     jobs.check_can_submit()
     if getattr(args, "confirm_seeds", None):  # the assembling job's confirmation, refused before any submission
-        from bec_jax.run import confirm, study
+        from bec_jax.run import confirm
         (study.check_confirmable if command == "study" else confirm.check)(spec, args.confirm_seeds)
     if command == "study":
         _check_study_out(spec, args.out)

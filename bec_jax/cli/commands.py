@@ -55,8 +55,8 @@ from bec_jax.cli.args import (
     hyper_options,
     join_negative_lists,
     numbers,
-    search_of,
     spec_from_args,
+    study_defaults,
     value,
 )
 from bec_jax.files import writing
@@ -320,16 +320,11 @@ def cmd_continuing(args) -> int:
 
 def cmd_study(args) -> int:
     from bec_jax.run import runner, study
-    search = search_of(args)
-    if search is not None and not args.file:
-        raise UsageError("search: goes with the study's file (a resumed study keeps the searches it started with)")
-    st = study.load(args.file, {"search": search} if search else None) if args.file else None
+    defaults = study_defaults(args)
+    st = study.load(args.file, defaults) if args.file else None
     if st is None and not args.resume:
         raise UsageError("file: required (the study's TOML file), or --resume with --out")
     if args.submit:
-        if st is not None and study.searches(st):
-            raise UsageError(f"submit: sweep {study.searches(st)[0]!r} searches, and a search runs every grid "
-                             "point in one compiled call, not in parts; run the study as one job")
         return cli_cluster.submit(args, st, "study")
     known = st or study.saved(args.out)  # a resume without the file: the study saved in --out
     if known is not None:
