@@ -135,6 +135,7 @@ def auto():
     return ac.train_variants(SMALL)
 
 
+@pytest.mark.long
 def test_tiny_run_reproducible_and_shaped(train, auto, tmp_path):
     """The tiny run is reproducible bit for bit: its plain and centered agents and
     those of a separately built and compiled program (three variants vmapped instead

@@ -82,6 +82,7 @@ def quick(tmp_path_factory):
     return out
 
 
+@pytest.mark.long
 def test_reproduce_control_quick_writes_report_table_and_figures(quick):
     for name in ("report.md", "table.md", "table.csv", "control_curves.png", "control_curves_by_step.png",
                  "control_sensitivity.png"):

@@ -342,8 +342,10 @@ def test_continuing_program_with_dense_features(name):
     assert_portable(text)
 
 
-@pytest.mark.parametrize("name", [d.name for d in deep.LEARNERS])
-@pytest.mark.parametrize("batch", ["full", 4])
+# Two in the suite (the uncentered learner full-batch, their CDQN sampled), every pair with the long checks.
+@pytest.mark.parametrize("name,batch", [
+    pytest.param(d.name, b, marks=() if (d.name, b) in (("dqn", "full"), ("cdqn_unbiased", 4)) else pytest.mark.long)
+    for d in deep.LEARNERS for b in ("full", 4)])
 def test_continuing_network_learner_program(name, batch):
     """Every network learner's program (continuing.deep), full-batch and
     sampled: its network's products (the acting, the update's passes and
@@ -383,7 +385,8 @@ def ppo():
     return ppo
 
 
-@pytest.mark.parametrize("task", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0"])
+@pytest.mark.parametrize("task", ["CartPole-v1", pytest.param("Acrobot-v1", marks=pytest.mark.long),
+                                  pytest.param("MountainCar-v0", marks=pytest.mark.long)])
 def test_ppo_program(ppo, task):
     """PPO's whole program (vmapped over variants and seeds): its network's dots
     (and their gradients' transposes) at HIGHEST, its initializer's QRs one

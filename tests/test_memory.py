@@ -55,7 +55,7 @@ def reference():
 # ------------------------------------------------------------------ the estimate
 
 @pytest.mark.parametrize("env,alg,hp,seeds,G,K,L", [
-    ("baird", "td", {"alpha": None}, 20000, 1, 10, 4),
+    pytest.param("baird", "td", {"alpha": None}, 20000, 1, 10, 4, marks=pytest.mark.long),
     ("boyan_chain", "ctdc", {"alpha": None, "beta": [0.1], "zeta": [0.1]}, 5000, 2, 50, 4),
 ])
 def test_estimate_bounds_xla_buffer_assignment(env, alg, hp, seeds, G, K, L, cpu_backend):

@@ -142,6 +142,7 @@ def _two_parts(argv: list, env: dict) -> list[str]:
     return outs
 
 
+@pytest.mark.long
 def test_chunk_parts_from_two_processes_assemble_bitwise(tmp_path, cli_env, capsys):
     args = ["run", "--env", "baird", "--algorithm", "ctdc", "--alpha", "0.001,0.005,0.01,0.05", "--beta",
             "0.01,0.1", "--zeta", "0.01,0.05", "--steps", "400", "--seeds", "20", "--log-every", "20",
