@@ -24,7 +24,7 @@ from bec_jax.control import program
 from bec_jax.control.grid import task_groups
 from bec_jax.control.results import ControlResult
 from bec_jax.control.spec import ControlSpec
-from bec_jax.engine import execute, joint, memory
+from bec_jax.engine import execute, joint, memory, search
 from bec_jax.engine.buckets import bucket
 from bec_jax.engine.layout import state_axes
 from bec_jax.engine.plan import Chunk, Group
@@ -71,12 +71,7 @@ def plan_memory(spec: ControlSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
         n_devices, kwargs = 1, {**kwargs, "chunk_size": spec.num_points}
     sz = sizes(spec)
     pl = whole_points(memory.plan(spec, n_devices, sz=sz, **kwargs), spec, sz, "a control sweep")
-    if spec.search is not None and pl.device_bytes > pl.budget:
-        raise memory.TooLarge(f"memory_budget: a search runs every grid point's runs in one call: {spec.num_points} "
-                              f"points x {spec.seeds} seeds need about {memory.human(pl.device_bytes)} of device "
-                              f"memory; the budget is {memory.human(pl.budget)}; raise --memory-budget, or use fewer "
-                              "seeds or grid points")
-    return pl
+    return search.check_fits(pl, spec.num_points, spec.seeds) if spec.search is not None else pl
 
 
 def plan_chunk(spec: ControlSpec, chunk_size: int | None = None, n_devices: int = 1,

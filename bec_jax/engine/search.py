@@ -288,10 +288,24 @@ def line(meta: dict | None) -> str:
             f"points; {spent:,} run-steps, {spent / full:.3f}x the full grid's {full:,}")
 
 
+def check_fits(pl, points: int, seeds: int, *, extra: str = "", fewer: str = "seeds or grid points",
+               split: bool = False):
+    """`pl` (an `engine.memory.Plan`) if a search's one call of every grid
+    point fits it; else a one-line `memory.TooLarge` naming memory_budget
+    (`split`: the plan had to cut the seeds, which a search cannot)."""
+    from bec_jax.engine import memory
+    if split or pl.device_bytes > pl.budget:
+        raise memory.TooLarge(f"memory_budget: a search runs every grid point's runs in one call: {points} points x "
+                              f"{seeds} seeds{extra} need about {memory.human(pl.device_bytes)} of device memory; the "
+                              f"budget is {memory.human(pl.budget)}; raise --memory-budget, or use fewer {fewer}")
+    return pl
+
+
 def survivors(stopped_rung: np.ndarray) -> np.ndarray:
     """The grid points that ran every rung, from a search's `stopped_rung`."""
     s = np.asarray(stopped_rung)
     return np.flatnonzero(s == s.max())
 
 
-__all__ = ["DEFAULT_RATE", "METHODS", "Schedule", "Stages", "halving", "line", "schedule", "survivors"]
+__all__ = ["DEFAULT_RATE", "METHODS", "Schedule", "Stages", "check_fits", "halving", "line", "schedule",
+           "survivors"]

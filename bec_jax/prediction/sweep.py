@@ -42,7 +42,7 @@ import jax
 import numpy as np
 
 from bec_jax import moved
-from bec_jax.engine import execute, joint, memory
+from bec_jax.engine import execute, joint, memory, search
 from bec_jax.engine.execute import ChunkRun
 from bec_jax.engine.plan import Chunk, Group, pad
 from bec_jax.engine.programs import split_joint as split_by_device
@@ -137,13 +137,8 @@ def plan_memory(spec: SweepSpec, n_devices: int = 1, **kwargs) -> memory.Plan:
         return prediction_sizes.plan_memory(spec, n_devices, **kwargs)
     kwargs = {**kwargs, "chunk_size": spec.num_points, "seed_chunk": None, "segment_blocks": log_blocks(spec)}
     pl = prediction_sizes.plan_memory(spec, 1, **kwargs)
-    if pl.seeds < spec.seeds or pl.device_bytes > pl.budget:
-        raise memory.TooLarge(f"memory_budget: a search runs every grid point's runs in one call: {spec.num_points} "
-                              f"points x {spec.seeds} seeds x {log_blocks(spec)} log blocks need about "
-                              f"{memory.human(pl.device_bytes)} of device memory; the budget is "
-                              f"{memory.human(pl.budget)}; raise --memory-budget, or use fewer seeds, grid points or "
-                              "log points (a larger log_every)")
-    return pl
+    return search.check_fits(pl, spec.num_points, spec.seeds, extra=f" x {log_blocks(spec)} log blocks",
+                             fewer="seeds, grid points or log points (a larger log_every)", split=pl.seeds < spec.seeds)
 
 
 def plan_chunk(spec: SweepSpec, chunk_size: int | None = None, n_devices: int = 1,

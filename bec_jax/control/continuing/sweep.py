@@ -26,7 +26,7 @@ from bec_jax.control.continuing import deep, program
 from bec_jax.control.continuing.results import ContinuingResult
 from bec_jax.control.continuing.spec import ContinuingSpec
 from bec_jax.control.grid import task_groups
-from bec_jax.engine import execute, joint, memory
+from bec_jax.engine import execute, joint, memory, search
 from bec_jax.engine.plan import Chunk, Group
 from bec_jax.engine.programs import Program
 from bec_jax.engine.protocol import check_dtype, chunk_points, gather, run_meta, whole_points
@@ -103,12 +103,7 @@ def plan_memory(spec: ContinuingSpec, n_devices: int = 1, **kwargs) -> memory.Pl
     if deep.is_deep(spec.algorithm_def):
         check_deep_fits(spec, sz, kwargs.get("memory_budget"), device)
     pl = whole_points(memory.plan(spec, n_devices, sz=sz, **kwargs), spec, sz, "a continuing sweep")
-    if spec.search is not None and pl.device_bytes > pl.budget:
-        raise memory.TooLarge(f"memory_budget: a search runs every grid point's runs in one call: {spec.num_points} "
-                              f"points x {spec.seeds} seeds need about {memory.human(pl.device_bytes)} of device "
-                              f"memory; the budget is {memory.human(pl.budget)}; raise --memory-budget, or use fewer "
-                              "seeds or grid points")
-    return pl
+    return search.check_fits(pl, spec.num_points, spec.seeds) if spec.search is not None else pl
 
 
 def check_deep_fits(spec: ContinuingSpec, sz: memory.Sizes, memory_budget, device) -> None:
