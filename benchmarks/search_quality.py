@@ -4,7 +4,7 @@ grid's best at the same seeds, judged on fresh seeds; the run-steps and the
 wall time it spends against the full grid's.
 
     python -m benchmarks.search_quality [--grid access_control|deep_catch|boyan_ctdc|cliff_cgq] [--reps 50] [--seeds 10]
-        [--steps 50000] [--real 3] [--min-steps S] [--smoke]
+        [--steps 50000] [--real 3] [--rungs R] [--min-steps S] [--also-min-steps S,..] [--also-rungs R,..] [--smoke]
 
 The Access-Control grid (continuing control) replays halving from one full
 grid over every repetition's seeds; the Boyan CTDC grid (prediction, the
@@ -116,9 +116,12 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
     p.add_argument("--steps", type=int, default=50_000)
     p.add_argument("--real", type=int, default=3)
     p.add_argument("--rate", type=float, default=3)
+    p.add_argument("--rungs", type=int, default=None)
     p.add_argument("--min-steps", type=int, default=None)
     p.add_argument("--also-min-steps", default="", metavar="S,S,...",
                    help="continuing grids: the same repetitions replayed with these --min-steps too (no more runs)")
+    p.add_argument("--also-rungs", default="", metavar="R,R,...",
+                   help="continuing grids: the same repetitions replayed with these --rungs too (no more runs)")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args(argv)
     cores = _common.use_all_cpu_cores()
@@ -135,7 +138,7 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
     if args.smoke:
         args.reps, args.seeds, args.steps, args.real = 4, 3, 2000, 1
     N, R = args.seeds, args.reps
-    search = {"rate": args.rate, "min_steps": args.min_steps}
+    search = {"rate": args.rate, "rungs": args.rungs, "min_steps": args.min_steps}
     t0 = time.perf_counter()
     big = sweep.run(ContinuingSpec(**grid, seeds=N * R, steps=args.steps), progress=False)
     t_big = time.perf_counter() - t0
@@ -159,10 +162,12 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
 
     rows = judge(sched)
     variants = []
-    for m in [int(x) for x in args.also_min_steps.split(",") if x]:
-        sm = ContinuingSpec(**grid, seeds=N, steps=args.steps, search={**search, "min_steps": m}).search_schedule()
+    also = ([("min_steps", int(x)) for x in args.also_min_steps.split(",") if x]
+            + [("rungs", int(x)) for x in args.also_rungs.split(",") if x])
+    for field, m in also:
+        sm = ContinuingSpec(**grid, seeds=N, steps=args.steps, search={**search, field: m}).search_schedule()
         rm = judge(sm)
-        variants.append({"min_steps": m, "ends_steps": [e * K for e in sm.ends], "points": list(sm.points),
+        variants.append({field: m, "ends_steps": [e * K for e in sm.ends], "points": list(sm.points),
                          "same_as_full_best": float(np.mean([x["same"] for x in rm])),
                          "inside_best_interval_on_fresh_seeds": float(np.mean([x["inside"] for x in rm])),
                          "mean_normalized_regret": float(np.mean([x["regret"] for x in rm])),
@@ -185,10 +190,12 @@ def main(argv=None) -> int:  # noqa: C901  (a benchmark's one script)
                    run_steps_ratio=steps_ratio, wall_time_ratio=float(wall), full_grid_all_reps_s=t_big,
                    min_steps_variants=variants)
     name = ("search_quality" + ("" if args.grid == "access_control" else f"_{args.grid}")
-            + ("" if args.min_steps is None else f"_min{args.min_steps}"))
+            + ("" if args.min_steps is None else f"_min{args.min_steps}")
+            + ("" if args.rungs is None else f"_rungs{args.rungs}"))
     _report(out, f"{args.steps:,} steps", "fresh seeds", name, args.smoke)
     for v in variants:
-        print(f"  --min-steps {v['min_steps']}: rungs end at {v['ends_steps']} with {v['points']} points; same "
+        field = "min_steps" if "min_steps" in v else "rungs"
+        print(f"  --{field.replace('_', '-')} {v[field]}: rungs end at {v['ends_steps']} with {v['points']} points; same "
               f"{v['same_as_full_best']:.0%}, inside {v['inside_best_interval_on_fresh_seeds']:.0%}, regret "
               f"{v['mean_normalized_regret']:.4f}, run-steps {v['run_steps_ratio']:.3f}x")
     for x in real:
@@ -213,7 +220,7 @@ def prediction_quality(args, cores: int) -> int:
         grid["hyperparameters"] = {"alpha": [1e-3, 0.1, 0.3], "zeta": [1e-2, 0.1], "beta": [1e-2, 0.1]}
         args.reps, args.seeds, args.real = 4, 3, 1
     N, R, F = args.seeds, args.reps, 10 * args.seeds
-    search = {"rate": args.rate, "min_steps": args.min_steps}
+    search = {"rate": args.rate, "rungs": args.rungs, "min_steps": args.min_steps}
 
     def mean_auc(res, seeds):  # each point's mean area over the seeds `seeds`; +inf where one diverged
         a = res.auc_seed[0][:, seeds]
@@ -250,7 +257,8 @@ def prediction_quality(args, cores: int) -> int:
                    seeds_per_rep=N, reps=R, fresh_seeds=F, steps=grid["steps"], search=spec.search,
                    schedule={"ends_steps": [e * grid["log_every"] for e in sched.ends], "points": list(sched.points)},
                    run_steps_ratio=steps_ratio, wall_time_ratio=float(wall), full_grid_all_reps_s=t_big)
-    name = "search_quality_boyan" + ("" if args.min_steps is None else f"_min{args.min_steps}")
+    name = ("search_quality_boyan" + ("" if args.min_steps is None else f"_min{args.min_steps}")
+            + ("" if args.rungs is None else f"_rungs{args.rungs}"))
     _report(out, f"{grid['steps']:,} steps", f"{F} fresh seeds", name, args.smoke)
     return 0
 
@@ -270,7 +278,7 @@ def control_quality(args, cores: int) -> int:
         spec0 = cexp.spec_for("cliff_walking", "cgq", quick=True)
         args.reps, args.seeds, args.real = 4, 3, 1
     N, R, F = args.seeds, args.reps, 10 * args.seeds
-    search = {"rate": args.rate, "min_steps": args.min_steps, "metric": "return"}
+    search = {"rate": args.rate, "rungs": args.rungs, "min_steps": args.min_steps, "metric": "return"}
 
     def score(res):  # (G, N) each run's mean return per episode; NaN for a run that did not finish
         per = res.returns.astype(np.float64).mean(-1)
@@ -310,7 +318,8 @@ def control_quality(args, cores: int) -> int:
                    schedule={"ends_steps": m["rung_steps"], "points": m["rung_points"]}, run_steps_ratio=steps_ratio,
                    run_steps_ratio_note="the search's blocks advanced against the full grid's steps in episodes, "
                                         "mean over reps", wall_time_ratio=wall, wall_reps=R)
-    name = "search_quality_cliff" + ("" if args.min_steps is None else f"_min{args.min_steps}")
+    name = ("search_quality_cliff" + ("" if args.min_steps is None else f"_min{args.min_steps}")
+            + ("" if args.rungs is None else f"_rungs{args.rungs}"))
     _report(out, f"{spec.episodes:,} episodes", f"{F} fresh seeds", name, args.smoke)
     return 0
 

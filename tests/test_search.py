@@ -31,7 +31,10 @@ def test_schedule_by_hand():
     assert search.schedule(36, 100, rate=3, rungs=4).ends == (4, 11, 33, 100)
     assert search.schedule(36, 100, rate=3, min_blocks=20).ends == (33, 100)  # fewer rungs for a longer first
     assert search.schedule(9, 12, unit=4, rate=3).ends == (4, 12)  # rung ends on whole units
-    assert search.schedule(1680, 100, rate=3).points == (1680, 560, 187, 63, 21)
+    # Access-Control's grid: at most 4 rungs by default, the first at 1/27 of the run (4 of 100 blocks).
+    s = search.schedule(1680, 100, rate=3)
+    assert s.points == (1680, 560, 187, 63) and s.ends == (4, 11, 33, 100)
+    assert search.schedule(1680, 100, rate=3, rungs=5).points == (1680, 560, 187, 63, 21)
 
 
 def test_survivors_equal_the_full_grid_bit_for_bit(both):

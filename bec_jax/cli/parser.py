@@ -53,7 +53,8 @@ def add_search(p, score: str) -> None:
                         f"{score} and keeps the best 1/rate; the result keeps every point")
     p.add_argument("--halving-rate", type=float_arg("halving_rate"), metavar="ETA", help="with --search: default 3")
     p.add_argument("--rungs", type=int_arg("rungs"), metavar="R",
-                   help="with --search: default as many as leave the last rung at least ETA points")
+                   help="with --search: default as many as leave the last rung at least ETA points, "
+                        "at most 4 (the first rung then sees at least 1/ETA^3 of the run)")
     p.add_argument("--min-steps", type=int_arg("min_steps"), metavar="S",
                    help="with --search: the first rung's least steps (default one log block)")
 

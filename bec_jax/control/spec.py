@@ -74,7 +74,7 @@ class ControlSpec(GridColumns):
       search: None (every point runs all its episodes), or a successive-halving
         search of the grid (`engine.search`, `control.program.searched`):
         {"method": "halving", "rate": eta (default 3), "rungs": R (default: as
-        many as the grid and the step budget allow), "min_steps": the first
+        many as the grid and the step budget allow, at most 4), "min_steps": the first
         rung's least steps (default one block), "metric": "return" (default)
         or "length", what the rungs rank by: each point's mean return, or
         steps, per episode over the episodes its runs finished so far}. Rung r

@@ -38,6 +38,12 @@ import numpy as np
 
 METHODS = ("halving",)
 DEFAULT_RATE = 3
+# At most 4 rungs unless asked (--rungs): the first rung then sees at least
+# 1/rate^3 of the run (1/27 at rate 3). Early scores mislead where a slow
+# starter ends best (Hertel et al.); on Naik et al.'s Access-Control grid a
+# first rung of 1/100 of the run chose the full grid's best in no repetition,
+# one of 1/25 in 96% (benchmarks/README.md, search_quality.py).
+DEFAULT_MAX_RUNGS = 4
 _UNITS = "units_run"  # `halving`'s count of each run's advanced blocks, with `Stages.more`
 
 
@@ -107,7 +113,8 @@ def schedule(points: int, blocks: int, unit: int = 1, rate: float = DEFAULT_RATE
     blocks / rate^(R - 1 - r) (rounded to a unit, at least `min_blocks`), and
     runs ceil(points / rate^r) points. By default as many rungs as leave the
     last at least `rate` points (where the grid has them: the choice is then
-    made on whole runs) and a first rung of at least `min_blocks`. One-line
+    made on whole runs), at most DEFAULT_MAX_RUNGS, and a first rung of at
+    least `min_blocks`. One-line
     `ValueError`s naming the field where the grid or the steps do not allow it."""
     if points < 2:
         raise ValueError("search: a search ranks grid points; this grid has one (give more values of an axis)")
@@ -116,7 +123,7 @@ def schedule(points: int, blocks: int, unit: int = 1, rate: float = DEFAULT_RATE
     units = blocks // unit
     most = max(2, 1 + math.floor(math.log(points / rate, rate) + 1e-9)) if points > rate else 2
     if rungs is None:
-        R = most
+        R = min(most, DEFAULT_MAX_RUNGS)
         while R > 2 and _ends(units, R, rate, unit, min_blocks) is None:
             R -= 1
     else:

@@ -134,7 +134,7 @@ class SweepSpec:
         search of the grid (`engine.search`, ranked by the area under the
         first metric's curve so far): {"method": "halving", "rate": eta
         (default 3), "rungs": R (default: as many as the grid and the steps
-        allow), "min_steps": the first rung's least steps (default one log
+        allow, at most 4), "min_steps": the first rung's least steps (default one log
         block)}; every point of the grid in one call. Not for a grid whose
         points need several programs (model shapes or static
         hyperparameters that differ). `to_dict` leaves it out when None.

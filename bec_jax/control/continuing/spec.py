@@ -98,7 +98,7 @@ class ContinuingSpec(GridColumns):
       search: None (every point runs all its steps), or a successive-halving
         search of the grid (`engine.search`): {"method": "halving", "rate":
         eta (default 3), "rungs": R (default: as many as the grid and the
-        steps allow), "min_steps": the first rung's least steps (default one
+        steps allow, at most 4), "min_steps": the first rung's least steps (default one
         log block)}; every point of the grid in one call. Not with task axes.
     """
 
