@@ -32,7 +32,7 @@ TWO_MODELS = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1,), env_para
 @pytest.fixture(scope="module")
 def together():
     tuning.clear_compiled()
-    return sweep.run_many(SPECS + [OTHER_ENV, TWO_MODELS])
+    return sweep.run_many(SPECS + [OTHER_ENV])
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,10 @@ def test_each_result_is_what_run_gives(together, alone):
 
 
 def test_one_program_for_the_shareable_sweeps(together):
+    # Neither another environment nor a sweep of two models joins. A sweep packed
+    # alone runs by `run`, as OTHER_ENV did in `together`; TWO_MODELS is only
+    # packed here (`run` of a sweep of two models: the last test).
+    assert sweep.shared_programs(SPECS + [OTHER_ENV, TWO_MODELS]) == [[0, 1, 2, 3, 4], [5], [6]]
     names = [s.algorithm for s in SPECS]
     assert [r.meta["shared_program"] for r in together[:5]] == [names] * 5
     # Its compile and run are the first sweep's; the others add none.
@@ -72,10 +76,13 @@ def test_the_shared_program_is_reused_for_another_seed(together):
     assert not np.array_equal(again[2].final, together[2].final)
 
 
-def test_sweeps_that_do_not_fit_together_run_apart(monkeypatch):
-    monkeypatch.setattr(memory, "fits_together", lambda specs, *a, **k: len(specs) <= 2)
-    out = sweep.run_many([s.replace(steps=60) for s in SPECS[:3]])
-    assert [r.meta.get("shared_program") for r in out] == [["td", "tdc"], ["td", "tdc"], None]
+def test_sweeps_that_do_not_fit_together_run_apart(together, alone, monkeypatch):
+    # Five fit one call, a sixth does not and runs alone. The five's program and
+    # the sixth's (td's, another seed) are the fixtures': nothing compiles again.
+    monkeypatch.setattr(memory, "fits_together", lambda specs, *a, **k: len(specs) <= 5)
+    out = sweep.run_many(SPECS + [SPECS[0].replace(seed=7)])
+    names = [s.algorithm for s in SPECS]
+    assert [r.meta.get("shared_program") for r in out] == [names] * 5 + [None]
 
 
 def test_fits_together_adds_the_calls():
@@ -105,21 +112,25 @@ def test_split_joint_undoes_the_device_layout():
 
 # Sweeps of several models (two discounts of Boyan's chain, the random walk's
 # feature sets) share a program too: each point gets its own model's
-# transitions there, as alone. TD at alpha 20 diverges.
-MODELS = dict(env="boyan_chain", env_params={"gamma": [0.5, 0.9]}, seeds=6, steps=60, log_every=20,
+# transitions there, as alone. TD at alpha 20 diverges. Two sweeps of two log
+# blocks (one pair, `KernelForm.paired`): a program of several models compiles
+# with the fusion emitters, the costly ones.
+MODELS = dict(env="boyan_chain", env_params={"gamma": [0.5, 0.9]}, seeds=6, steps=40, log_every=20,
               metrics=("rmscbe", "rmspbe"))
 MULTI = [
     SweepSpec(algorithm="td", alpha=(20.0, 0.1), **MODELS),
     SweepSpec(algorithm="ctd", alpha=(0.1,), beta=(0.1, 0.5), **MODELS),
-    SweepSpec(algorithm="tdc", alpha=(0.05,), zeta=(0.1,), **MODELS),
 ]
 OTHER_MODELS = SweepSpec(algorithm="td", alpha=(0.1,), **{**MODELS, "env_params": {"gamma": [0.9, 0.5]}})
 
 
 def test_sweeps_of_several_models_share_a_program_and_get_what_run_gives():
-    out = sweep.run_many(MULTI + [OTHER_MODELS])
+    # The models' order differs: OTHER_MODELS does not join (`run_many` runs these
+    # packs; a sweep packed alone runs by `run`, as OTHER_ENV does in `together`).
+    assert sweep.shared_programs(MULTI + [OTHER_MODELS]) == [[0, 1], [2]]
+    out = sweep.run_many(MULTI)
     names = [s.algorithm for s in MULTI]
-    assert [r.meta.get("shared_program") for r in out] == [names] * 3 + [None]  # the models' order differs
+    assert [r.meta.get("shared_program") for r in out] == [names] * 2
     for spec, t in zip(MULTI, out):
         a = sweep.run(spec, progress=False)
         assert a.meta["compiled_programs"] == 1  # its own program, not the shared one

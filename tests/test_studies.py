@@ -240,7 +240,9 @@ def test_two_jax_processes_equal_one_bit_for_bit(tmp_path, cli_env, capsys):
     collectives on 127.0.0.1): the grid is sharded over four devices in two
     processes, process 0 writes, and every array equals one process's run."""
     env = xla_flags(cli_env, cpu=True)  # CPU devices and gloo, on a GPU machine too
-    args = ["run", "--env", "baird", "--algorithm", "ctdc", "--alpha", "0.3,0.005,0.01", "--beta", "0.01,0.1",
+    # The two-state task, not Baird's: half the work a process does (its compile and
+    # the summary's exact verdicts). Alpha 3 diverges, every seed.
+    args = ["run", "--env", "two_state", "--algorithm", "ctdc", "--alpha", "3.0,0.005,0.01", "--beta", "0.01,0.1",
             "--zeta", "0.01,0.05", "--seeds", "20", "--steps", "200", "--log-every", "20", "--metrics",
             "rmscbe,rmspbe", "--chunk-size", "4", "--confirm-seeds", "4"]
     out = tmp_path / "dist"
@@ -254,6 +256,8 @@ def test_two_jax_processes_equal_one_bit_for_bit(tmp_path, cli_env, capsys):
     assert a.keys() == b.keys()
     for k in a:
         np.testing.assert_array_equal(b[k], a[k], err_msg=k)
+    diverged = [r["diverged_fraction"] for r in json.load(open(single / "summary.json"))]
+    assert diverged == [1.0] * 4 + [0.0] * 8  # the revert ran: alpha 3 diverged
     assert json.load(open(single / "confirm.json")) == json.load(open(out / "confirm.json"))
     meta = json.load(open(out / "meta.json"))
     assert meta["num_devices"] == 4
@@ -382,12 +386,45 @@ def test_confirmation_uses_fresh_disjoint_seeds(small_run, tmp_path):
     assert other["confirm_final"] is None and other["confirm_seeds"] is None
 
 
+# STUDY's sweeps for the plots, "long" on first's task, seeds, steps and
+# logging: the two share one compiled program.
+PLOT_STUDY = """
+seeds = 20
+steps = 400
+log_every = 20
+metrics = ["rmscbe", "rmspbe"]
+
+[[sweep]]
+name = "first"
+env = "two_state"
+algorithm = "ctd"
+alpha = [0.01, 0.05]
+beta = [0.1]
+
+[[sweep]]
+name = "long"
+env = "two_state"
+algorithm = "ctdc"
+alpha = [0.001, 0.002, 0.005, 0.01]
+beta = [0.01, 0.1]
+zeta = [0.01, 0.05]
+
+[[sweep]]
+env = "random_walk"
+algorithm = "tdrc"
+alpha = [0.03125]
+reg = [0.0, 1.0]
+[sweep.env_params]
+features = ["tabular", "dependent"]
+"""
+
+
 def test_plot_and_compare_write_their_files(small_run, tmp_path, capsys):
     _, out = small_run
     st = tmp_path / "study"
-    (tmp_path / "s.toml").write_text(STUDY.replace('steps = 10000', 'steps = 400').replace('log_every = 500',
-                                                                                         'log_every = 40'))
+    (tmp_path / "s.toml").write_text(PLOT_STUDY)
     assert cli.main(["study", str(tmp_path / "s.toml"), "--out", str(st)]) == 0
+    assert SweepResult.load(str(st / "long")).meta["shared_program"] == ["ctd", "ctdc"]
     assert cli.main(["plot", str(st)]) == 0
     files = sorted(os.listdir(st / "plots"))
     assert files == ["curves.png", "curves_first.png", "curves_long.png", "curves_random_walk-tdrc.png",
@@ -463,14 +500,18 @@ def test_packaging_files():
     assert "py.typed" in pp["tool"]["setuptools"]["package-data"]["bec_jax"]
 
 
+# Two sweeps on one model that share a program, and one on another model.
+TWO_STATE_TD = {"env": "two_state", "algorithm": "td", "alpha": [0.01, 0.1]}
+TWO_STATE_CTD = {"env": "two_state", "algorithm": "ctd", "alpha": [0.01], "beta": [0.1, 0.2]}
+BOYAN_TD = {"env": "boyan_chain", "algorithm": "td", "alpha": [0.1]}
+SHARING = {"seeds": 5, "steps": 60, "log_every": 20}
+
+
 def test_study_sweeps_that_differ_in_algorithm_share_a_program(tmp_path):
     """A study's sweeps on one model run as one program (`sweep.run_many`), each
     written bit for bit as it would be alone; a chunk size given keeps them apart."""
     from bec_jax.run import runner, study
-    st = study.from_dict({"seeds": 5, "steps": 60, "log_every": 20, "sweep": [
-        {"env": "two_state", "algorithm": "td", "alpha": [0.01, 0.1]},
-        {"env": "boyan_chain", "algorithm": "td", "alpha": [0.1]},
-        {"env": "two_state", "algorithm": "ctd", "alpha": [0.01], "beta": [0.1, 0.2]}]})
+    st = study.from_dict({**SHARING, "sweep": [TWO_STATE_TD, BOYAN_TD, TWO_STATE_CTD]})
     lines = []
     res = study.run(st, str(tmp_path / "s"), log=lines.append)
     assert res["two_state-td"].meta["shared_program"] == ["td", "ctd"]
@@ -492,10 +533,8 @@ def test_a_signal_during_a_shared_program_keeps_what_it_computed(tmp_path, monke
     from types import SimpleNamespace
 
     from bec_jax.run import runner, study
-    st = study.from_dict({"seeds": 3, "steps": 40, "log_every": 20, "sweep": [
-        {"env": "two_state", "algorithm": "td", "alpha": [0.1]},
-        {"env": "two_state", "algorithm": "ctd", "alpha": [0.1], "beta": [0.1]},
-        {"env": "boyan_chain", "algorithm": "td", "alpha": [0.1]}]})
+    # The shared program of the test above (kept compiled in this process).
+    st = study.from_dict({**SHARING, "sweep": [TWO_STATE_TD, TWO_STATE_CTD, BOYAN_TD]})
     stop = SimpleNamespace(signum=None)
     real = sweep.run_many
 
