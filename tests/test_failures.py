@@ -179,9 +179,23 @@ USER_MODULE = textwrap.dedent('''
 
 @pytest.fixture
 def user_dir(tmp_path):
-    name = f"user_alg_{os.getpid()}"
+    # A name of this directory's own: a module run in this process stays imported.
+    name = f"user_alg_{os.getpid()}_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(USER_MODULE)
     return tmp_path, name
+
+
+def bec_here(args, cwd, monkeypatch, capsys) -> subprocess.CompletedProcess:
+    """`bec-jax ARGS` run in this process in `cwd` (`cli.main`, what the script
+    exits with): its exit status and stderr, as `bec` gives them. The user's
+    algorithm's faults need no fresh process (the address-space limit does):
+    here the runs share one start-up and one compiled program."""
+    from bec_jax.cli import commands as cli
+    monkeypatch.chdir(cwd)
+    monkeypatch.syspath_prepend(str(cwd))
+    capsys.readouterr()
+    code = cli.main(args)
+    return subprocess.CompletedProcess(args, code, "", capsys.readouterr().err)
 
 
 def _run_args(name, out, *extra):
@@ -193,12 +207,13 @@ def _run_args(name, out, *extra):
     ("trace", "ZeroDivisionError: division by zero"),
     pytest.param("runtime", "ZeroDivisionError: float division by zero at run time", marks=pytest.mark.long),
 ])
-def test_a_failing_user_algorithm_is_one_line_and_the_command_runs_again(user_dir, mode, expected):
+def test_a_failing_user_algorithm_is_one_line_and_the_command_runs_again(user_dir, mode, expected, monkeypatch,
+                                                                         capsys):
     d, name = user_dir
     (d / "fault").write_text(mode)
     (d / "empty").mkdir()
     for out in ("fresh", "empty"):
-        p = bec(_run_args(name, out), d)
+        p = bec_here(_run_args(name, out), d, monkeypatch, capsys)
         line = one_line(p, f"algorithm: {name}:ALG (module {name}) failed: ")
         assert line.endswith(expected), line
     # Nothing was saved: nothing blocks the same command, and a directory that was
@@ -206,24 +221,24 @@ def test_a_failing_user_algorithm_is_one_line_and_the_command_runs_again(user_di
     assert not (d / "fresh").exists() and list((d / "empty").iterdir()) == []
     (d / "fault").unlink()
     for out in ("fresh", "empty"):
-        p = bec(_run_args(name, out), d)
+        p = bec_here(_run_args(name, out), d, monkeypatch, capsys)
         assert p.returncode == 0, p.stderr
     assert_same_files(d / "fresh", d / "empty")
 
 
-def test_memory_running_out_after_a_chunk_is_saved_resumes_to_the_same_files(user_dir):
+def test_memory_running_out_after_a_chunk_is_saved_resumes_to_the_same_files(user_dir, monkeypatch, capsys):
     d, name = user_dir
-    clean = bec(_run_args(name, "clean"), d)
+    clean = bec_here(_run_args(name, "clean"), d, monkeypatch, capsys)
     assert clean.returncode == 0, clean.stderr
     (d / "fault").write_text("memory")
-    p = bec(_run_args(name, "run"), d)
+    p = bec_here(_run_args(name, "run"), d, monkeypatch, capsys)
     line = one_line(p, "memory: the run ran out of memory (MemoryError: simulated: a host buffer could not be "
                        "allocated); ")
     assert "lower --memory-budget or log less often (a larger --log-every)" in line
     assert line.endswith("1 of 3 chunks are saved in run/chunks (and the finished segments of the chunk in "
                          "progress): continue with --resume")
     (d / "fault").unlink()
-    p = bec(["run", "--out", "run", "--resume"], d)
+    p = bec_here(["run", "--out", "run", "--resume"], d, monkeypatch, capsys)
     assert p.returncode == 0, p.stderr
     assert_same_files(d / "clean", d / "run")
 
@@ -265,7 +280,7 @@ def test_a_mapping_refused_mid_run_is_one_line_naming_the_limit(tmp_path, monkey
     assert "raise the limit (ulimit -v)" in msg and msg.endswith("continue with --resume")
     monkeypatch.setattr(execute, "call", real)
     r = runner.run_to_dir(None, out, resume=True, progress=False, devices=jax.devices()[:1])
-    ref = sweep.run(spec, progress=False, devices=jax.devices()[:1])
+    ref = sweep.run(spec, chunk_size=1, progress=False, devices=jax.devices()[:1])  # uninterrupted: its program
     np.testing.assert_array_equal(r.mean, ref.mean)
 
 

@@ -130,12 +130,13 @@ def test_segments_shortened_by_time_change_nothing(monkeypatch):
     lengths = []
     real = execute._measured_blocks
 
-    def fast_clock(blocks, n, seconds):  # every segment "took" ten targets: 40 blocks, then 2, then 1
+    def fast_clock(blocks, n, seconds):  # every segment "took" ten targets: 20 blocks, then 2, then 1
         lengths.append(n)
         return real(blocks, n, 10 * execute.SEGMENT_SECONDS)
 
     monkeypatch.setattr(execute, "_measured_blocks", fast_clock)
-    seg = sweep.run(spec, chunk_size=2, segment_blocks=40)
-    assert lengths[:3] == [40, 2, 1] and sum(lengths) == 60, lengths
+    # 20 blocks a segment divide the 60: no program for a shorter last segment, compiled and never run.
+    seg = sweep.run(spec, chunk_size=2, segment_blocks=20)
+    assert lengths[:3] == [20, 2, 1] and sum(lengths) == 60, lengths
     for k in ("mean", "std", "sem", "alive", "final", "auc_seed", "diverged_step"):
         np.testing.assert_array_equal(getattr(seg, k), getattr(whole, k), err_msg=k)

@@ -12,6 +12,7 @@ import pytest
 from bec_jax import algorithms, envs
 from bec_jax import mdp as mdp_lib
 from bec_jax.cli import commands as cli
+from bec_jax.engine import tuning
 from bec_jax.prediction import streams, sweep
 from bec_jax.prediction.results import SweepResult
 from bec_jax.prediction.spec import SweepSpec
@@ -19,6 +20,13 @@ from bec_jax.theory import expected_updates as analysis
 from bec_jax.theory import fixpoints, metrics
 
 SMALL = dict(seeds=6, steps=120, log_every=20)
+
+
+def light():
+    """The engine's light compile options on a CPU (None elsewhere), for the tests
+    that count programs: a group of several models otherwise compiles with the
+    fusion emitters, twice as long, and these tests are not about the options."""
+    return tuning.CPU_LIGHT_OPTIONS if jax.default_backend() == "cpu" else None
 
 
 class CompileCounter:
@@ -116,10 +124,15 @@ def test_gamma_grid_starts_at_each_closed_form(gamma_sweep):
     assert len(set(np.round(r.mean[1, ::2, 0], 4))) == 3
 
 
-def test_each_gamma_equals_its_own_run_bitwise(gamma_sweep):
+@pytest.fixture(scope="module")
+def gamma_alone(gamma_sweep):
+    """The fixture's grid run alone (one model) at gamma 0.5 and at 0.95."""
+    return {g: sweep.run(gamma_sweep.spec.replace(env_params={"gamma": g})) for g in (0.5, 0.95)}
+
+
+def test_each_gamma_equals_its_own_run_bitwise(gamma_sweep, gamma_alone):
     r = gamma_sweep
-    for g in (0.5, 0.95):
-        alone = sweep.run(r.spec.replace(env_params={"gamma": g}))
+    for g, alone in gamma_alone.items():
         idx = np.flatnonzero(r.grid["gamma"] == g)
         np.testing.assert_array_equal(r.mean[:, idx], alone.mean)
         np.testing.assert_array_equal(r.std[:, idx], alone.std)
@@ -131,7 +144,7 @@ def test_env_parameter_sweep_is_one_program(monkeypatch):
     counter = CompileCounter(monkeypatch)
     spec = SweepSpec(env="two_state", algorithm="ctd", env_params={"gamma": (0.5, 0.9), "a": (0.3, 0.5)},
                      alpha=(0.01,), beta=(0.1,), **SMALL)
-    r = sweep.run(spec, chunk_size=8)
+    r = sweep.run(spec, chunk_size=8, compiler_options=light())
     assert counter.count() == 1 and r.meta["compiled_programs"] == 1 and r.meta["num_programs"] == 1
     assert r.num_points == 4 and len(r.meta["env_fingerprints"]) == 4
     # Grid order: environment parameters first, in the order given, the last fastest.
@@ -151,10 +164,10 @@ def test_differing_shapes_compile_separately(monkeypatch):
     counter = CompileCounter(monkeypatch)
     spec = SweepSpec(env=f"{__name__}:two_shapes", algorithm="td", env_params={"n": (2, 3), "gamma": (0.5, 0.9)},
                      alpha=(0.1,), **SMALL)
-    r = sweep.run(spec)
+    r = sweep.run(spec, compiler_options=light())
     assert counter.count() == 2 and r.meta["num_programs"] == 2
     for n in (2, 3):
-        alone = sweep.run(spec.replace(env_params={"n": n, "gamma": (0.5, 0.9)}))
+        alone = sweep.run(spec.replace(env_params={"n": n, "gamma": (0.5, 0.9)}), compiler_options=light())
         np.testing.assert_array_equal(r.mean[:, r.grid["n"] == n], alone.mean)
 
 
@@ -203,22 +216,26 @@ def mdp_files(tmp_path, monkeypatch):
 
 
 def test_user_mdp_from_npz_toml_and_module_give_identical_results(mdp_files, capsys):
+    """The same model from a .npz, a TOML file and a module's factory, its gamma
+    set by --env-param (one value: one model, one program shared by the three)."""
     outs = {}
     for label, source in (("npz", "mdp.npz"), ("toml", "mdp.toml"), ("mod", "user_mdp_mod:build")):
         out = mdp_files / f"out_{label}"
         code = cli.main(["run", "--env", source, "--algorithm", "ctd", "--alpha", "0.05,0.1", "--beta", "0.1",
-                         "--env-param", "gamma=0.8,0.9", "--steps", "100", "--seeds", "4", "--log-every", "20",
+                         "--env-param", "gamma=0.8", "--steps", "100", "--seeds", "4", "--log-every", "20",
                          "--metrics", "rmscbe,rmsve", "--out", str(out)])
         assert code == 0, capsys.readouterr().err
         outs[label] = SweepResult.load(str(out))
     ref = outs["npz"]
-    assert ref.num_points == 4 and np.all(np.isfinite(ref.mean))
+    assert ref.num_points == 2 and np.all(np.isfinite(ref.mean))
     for label in ("toml", "mod"):
         np.testing.assert_array_equal(outs[label].mean, ref.mean)
         np.testing.assert_array_equal(outs[label].final, ref.final)
-    # And the model is the one written: step 0 is its closed-form RMSVE at theta0.
+    # And the model is the one written, at the gamma given: step 0 is its closed-form
+    # RMSVE at theta0, which at the file's own gamma (0.9) is another number.
     env = mdp_lib.make_mdp(**dict(custom_mdp(), gamma=0.8))
     assert ref.mean[1, 0, 0] == pytest.approx(metrics.rmsve(env, env.theta0), rel=2e-6)
+    assert ref.mean[1, 0, 0] != pytest.approx(metrics.rmsve(user_factory(0.9), env.theta0), rel=1e-3)
     assert envs.parameters("mdp.npz") == {"gamma": 0.9}
 
 
@@ -315,14 +332,20 @@ USER_ALG = algorithms.Algorithm(
     equations="eq. (7) [td(0)theta], step size eta * c")
 
 
-def test_user_algorithm_sweeps_from_python():
+@pytest.fixture(scope="module")
+def td_ref():
+    """TD(0) at the step sizes the scaled user algorithms reach: 0.01, 0.02, 0.04."""
+    return sweep.run(SweepSpec(env="two_state", algorithm="td", alpha=(0.01, 0.02, 0.04), **SMALL))
+
+
+def test_user_algorithm_sweeps_from_python(td_ref):
     try:
         algorithms.register(USER_ALG)
         spec = SweepSpec(env="two_state", algorithm="user_scaled_td", eta=(0.01, 0.02), c=(1.0, 2.0), **SMALL)
         r = sweep.run(spec)
     finally:
         algorithms._REGISTRY.pop("user_scaled_td", None)
-    td = sweep.run(SweepSpec(env="two_state", algorithm="td", alpha=(0.01, 0.02, 0.04), **SMALL))
+    td = td_ref
     # (eta, c) = (0.01, 2.0) is TD at alpha = 0.02 (0.01 * 2.0 == 0.02 exactly), but in
     # another program, which XLA may round differently on another CPU: equal to rounding.
     # (alpha = 0.01 or 0.04 would be off by far more.)
@@ -335,7 +358,7 @@ def test_user_algorithm_sweeps_from_python():
     np.testing.assert_allclose(G, -2.0 * fixpoints.td_matrices(envs.make("two_state"))[0])
 
 
-def test_user_algorithm_from_the_command_line(tmp_path, monkeypatch, capsys):
+def test_user_algorithm_from_the_command_line(tmp_path, monkeypatch, capsys, td_ref):
     (tmp_path / "my_user_alg.py").write_text(textwrap.dedent("""
         from bec_jax.algorithms import Algorithm, step_size, parameter, td
         def update(state, tr, eta, c=1.0):
@@ -347,13 +370,14 @@ def test_user_algorithm_from_the_command_line(tmp_path, monkeypatch, capsys):
     """))
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    code = cli.main(["run", "--env", "two_state", "--algorithm", "my_user_alg:ALG", "--eta", "0.01",
+    code = cli.main(["run", "--env", "two_state", "--algorithm", "my_user_alg:ALG", "--eta", "0.01,0.02",
                      "--c", "1,2", "--steps", "120", "--seeds", "6", "--log-every", "20", "--out", "out"])
     assert code == 0, capsys.readouterr().err
     r = SweepResult.load("out")
     assert r.spec.algorithm == "my_user_alg:ALG" and list(r.grid) == ["eta", "c"]
-    td = sweep.run(SweepSpec(env="two_state", algorithm="td", alpha=(0.01, 0.02), **SMALL))
-    np.testing.assert_allclose(r.mean, td.mean, rtol=1e-5, atol=1e-7)  # another program: to rounding
+    # (eta, c) = (0.01, 1), (0.01, 2), (0.02, 1), (0.02, 2): TD at alpha = 0.01, 0.02, 0.02, 0.04 (doubling is
+    # exact), in another program: equal to rounding.
+    np.testing.assert_allclose(r.mean, td_ref.mean[:, [0, 1, 1, 2]], rtol=1e-5, atol=1e-7)
     # An option the algorithm does not declare is refused, naming it.
     code = cli.main(["run", "--env", "two_state", "--algorithm", "my_user_alg:ALG", "--eta", "0.01",
                      "--alpha", "0.1", "--out", "out2"])
@@ -436,14 +460,17 @@ def test_cli_lambda_and_gamma_sweep(tmp_path, capsys):
     np.testing.assert_array_equal(a.mean, b.mean)
 
 
-def test_explicit_points_mix_hyperparameters_and_env_parameters():
-    pts = [{"alpha": 0.01, "beta": 0.1, "gamma": 0.5}, {"alpha": 0.05, "beta": 0.2, "gamma": 0.9},
-           {"alpha": 0.01, "beta": 0.1, "gamma": 0.9}]
-    spec = SweepSpec(env="two_state", algorithm="ctd", points=pts, **SMALL)
-    assert spec.grid_names == ("gamma", "alpha", "beta") and spec.num_points == 3
+def test_explicit_points_mix_hyperparameters_and_env_parameters(gamma_alone):
+    """Three points, not a product grid, on the gamma fixture's model and algorithm:
+    each equals the same point of a one-model run at its gamma, bit for bit."""
+    pts = [{"alpha": 0.05, "beta": 0.1, "zeta": 0.05, "gamma": 0.5},
+           {"alpha": 0.2, "beta": 0.1, "zeta": 0.05, "gamma": 0.95},
+           {"alpha": 0.05, "beta": 0.1, "zeta": 0.05, "gamma": 0.95}]
+    spec = SweepSpec(env="boyan_chain", algorithm="ctdc", points=pts, metrics=("rmscbe", "rmsve"), **SMALL)
+    assert spec.grid_names == ("gamma", "alpha", "beta", "zeta") and spec.num_points == 3
     r = sweep.run(spec)
     for i, p in enumerate(pts):
-        alone = sweep.run(SweepSpec(env="two_state", algorithm="ctd", alpha=p["alpha"], beta=p["beta"],
-                                    env_params={"gamma": p["gamma"]}, **SMALL))
-        np.testing.assert_array_equal(r.mean[:, i], alone.mean[:, 0])
-        assert r.point(i) == {"gamma": p["gamma"], "alpha": p["alpha"], "beta": p["beta"]}
+        alone = gamma_alone[p["gamma"]]
+        j = int(np.flatnonzero(alone.grid["alpha"] == p["alpha"])[0])
+        np.testing.assert_array_equal(r.mean[:, i], alone.mean[:, j])
+        assert r.point(i) == p
