@@ -33,6 +33,12 @@ import pytest
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # Set before any backend starts (importing JAX starts none); the subprocesses inherit it.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+# One OpenBLAS thread a process, unless the caller set it: the workers (one a core)
+# and the tests' subprocesses share the cores, and OpenBLAS's threads spin while
+# they wait for one another: the exact verdicts' eigenvalues (NumPy's LAPACK) took
+# 20x the CPU with 2 threads a worker on 2 busy cores. The workers and subprocesses
+# inherit it before they import NumPy (a `-n 0` run's process has loaded it already).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # The engine, control and agents tests that run on the default device (a GPU where
 # there is one): `pytest -m gpu`.
