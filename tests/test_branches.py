@@ -14,6 +14,8 @@ block by block).
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -141,7 +143,9 @@ def _per_seed_values(form):
     kern = kernel.make_kernel(spec, groups[0], spec.num_points, form=form, devices=ONE)
     L = spec.steps // spec.log_every
 
-    @jax.jit
+    # Both forms compiled with the XLA options the CPU's form gives this sweep
+    # (a light compile there, none elsewhere): the forms differ in their branches only.
+    @functools.partial(jax.jit, compiler_options=tuning.choose_form(spec, ONE).compiler_options)
     def run(seed, grid):
         ctx = kern.setup(seed, (grid,), 0, spec.seeds)
         carry, (v0, _) = kern.start(ctx, True)

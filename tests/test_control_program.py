@@ -9,6 +9,7 @@ from bec_jax.cli import args as cli_args
 from bec_jax.cli import commands as cli
 from bec_jax.control import program, sweep
 from bec_jax.control.spec import ControlSpec
+from bec_jax.engine import tuning
 
 BASE = dict(task="cliff_walking", seeds=2, episodes=25, max_steps=4000, block=50, epsilon=0.05,
             epsilon_decay=0.99, epsilon_min=1e-3)
@@ -49,7 +50,9 @@ def test_a_finished_sweep_stops_stepping():
     sizes = [s.num_points for s in SWEEPS]
     prog = program.make_program(SWEEPS, sizes, keep_state=True)
     grids = tuple(program.grid_inputs(s, np.arange(s.num_points)) for s in SWEEPS)
-    outs = prog.fn(np.uint32(0), grids)
+    # compiled with the XLA options the engine gives these sweeps (a light compile on the CPU)
+    options = tuning.choose_form(SWEEPS[0], front=sweep).compiler_options
+    outs = prog.fn.lower(np.uint32(0), grids).compile(compiler_options=options)(np.uint32(0), grids)
     steps = [int(o["state"].count) for o in outs]
     need = [int(o["lengths"].sum(-1).max()) for o in outs]  # the slowest run of each
     for s, n in zip(steps, need):
@@ -58,16 +61,20 @@ def test_a_finished_sweep_stops_stepping():
 
 
 def test_loop_parameters_as_grid_axes_equal_plain_settings():
-    axes = ControlSpec(task="cliff_walking", algorithm="q", seeds=2, episodes=20, max_steps=3000, block=50,
-                       hyperparameters={"alpha": [0.3], "epsilon": [0.05, 0.2], "epsilon_decay": [1.0, 0.99],
-                                        "gamma": [0.9, 0.99]})
+    loop = {k: v for k, v in BASE.items() if k not in ("epsilon", "epsilon_decay")}
+    axes = ControlSpec(algorithm="q", hyperparameters={"alpha": [0.5], "epsilon": [0.05, 0.2],
+                                                       "epsilon_decay": [1.0, 0.99], "gamma": [0.9, 0.99]}, **loop)
     assert axes.names == ("alpha", "epsilon", "epsilon_decay", "gamma") and axes.num_points == 8
     r = sweep.run(axes, progress=False)
-    for point in ({"epsilon": 0.05, "epsilon_decay": 1.0, "gamma": 0.9},
-                  {"epsilon": 0.2, "epsilon_decay": 0.99, "gamma": 0.99}):
+    # The first plain sweep is SWEEPS[0] (gamma: cliff_walking's 0.99), whose
+    # program test_shared_program_gives_each_sweep_its_own_runs_bit_for_bit compiled.
+    for point, plain in (({"epsilon": 0.05, "epsilon_decay": 0.99, "gamma": 0.99}, SWEEPS[0]),
+                         ({"epsilon": 0.2, "epsilon_decay": 1.0, "gamma": 0.9},
+                          ControlSpec(algorithm="q", hyperparameters={"alpha": [0.5]}, epsilon=0.2, epsilon_decay=1.0,
+                                      gamma=0.9, **loop))):
+        assert plain.hyperparameters["alpha"][0] == 0.5 and plain.discount == point["gamma"]
         i = next(i for i in range(8) if all(r.point(i)[k] == v for k, v in point.items()))
-        plain = sweep.run(ControlSpec(task="cliff_walking", algorithm="q", seeds=2, episodes=20, max_steps=3000,
-                                      block=50, hyperparameters={"alpha": [0.3]}, **point), progress=False)
+        plain = sweep.run(plain, progress=False)
         for k in ("returns", "lengths"):
             np.testing.assert_array_equal(getattr(r, k)[i], getattr(plain, k)[0])
 
@@ -142,11 +149,12 @@ def test_traced_task_axes_run_every_value_in_one_program(_repo_root):
     assert [g.static for g in sweep.plan(spec, spec.num_points)[0]] == [()]
     r = sweep.run(spec, progress=False)
     assert r.meta["compiled_programs"] == 1 and r.meta["task_axes"] == "one program (traced)"
+    alone = [sweep.run(ControlSpec(**{**kw, "task_params": {"size": 3, "slip": slip}}), progress=False)
+             for slip in (0.0, 0.3, 1.0)]
     for i, slip in enumerate((0.0, 0.3, 1.0)):
         assert r.point(i)["slip"] == slip
-        alone = sweep.run(ControlSpec(**{**kw, "task_params": {"size": 3, "slip": slip}}), progress=False)
         for k in ("returns", "lengths", "diverged_step"):  # not omega: a run steps on until its chunk is done
-            np.testing.assert_array_equal(getattr(r, k)[i], getattr(alone, k)[0])
+            np.testing.assert_array_equal(getattr(r, k)[i], getattr(alone[i], k)[0])
     assert r.lengths[2].mean() > r.lengths[0].mean()  # a random walk (slip 1) takes longer than learning
     # a task axis is not a setting to pick: figures, tables and the summary line take the best at each value
     parts = r.by_task_value()
@@ -158,14 +166,10 @@ def test_traced_task_axes_run_every_value_in_one_program(_repo_root):
     rows = plotting.summary_rows({"g": r}, "length")
     assert [(row["sweep"], row["setting"]) for row in rows] == [
         (f"g (slip={v:g})", f"alpha=0.5, beta=0.01, slip={v:g}") for v in (0.0, 0.3, 1.0)]
-    assert ControlSpec(**kw).task_axes == {} and len(_alone_result(kw).by_task_value()) == 1
+    assert ControlSpec(**kw).task_axes == {} and alone[0].spec.task_axes == {} and len(alone[0].by_task_value()) == 1
     other = sweep.run(ControlSpec(task_axes={"slip": [0.1, 0.2, 0.5]}, **kw), progress=False)
     assert other.meta["compiled_programs"] == 0  # the same program, other values
     assert not np.array_equal(other.lengths, r.lengths)
-
-
-def _alone_result(kw):
-    return sweep.run(ControlSpec(**kw), progress=False)
 
 
 def test_task_axes_that_cannot_be_traced_say_why(_repo_root):

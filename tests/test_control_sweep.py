@@ -41,6 +41,14 @@ def test_authors_epsilon_schedule():
     assert float(loop.Behaviour(0.2).at(jnp.int32(50))) == pytest.approx(0.2)
 
 
+def jitted_step(alg, behaviour, max_episode_steps, **kw):
+    """`loop.step` of `alg` (alpha 0.5) on CliffWalking with gamma 0.9, as one
+    program (op by op, each of its operations would be compiled alone)."""
+    upd = lambda st, tr: alg.apply(st, tr, {"alpha": 0.5})
+    return jax.jit(lambda learner, ls, log, key: loop.step(CLIFF, upd, lambda s: s.w, behaviour, max_episode_steps,
+                                                           0.9, learner, ls, log, key, **kw))
+
+
 def test_step_logs_and_resets_hand_worked():
     """Q-learning, greedy (epsilon 0), from the start: ties go to action 0 (up):
     36 -> 24, r = -1; an episode cap of 2 truncates after the second step, logs
@@ -49,14 +57,13 @@ def test_step_logs_and_resets_hand_worked():
     learner = alg.init(jnp.zeros(CLIFF.num_features))
     ls = loop.loop_init(CLIFF, jax.random.key(0))
     log = loop.log_init(3)
-    beh = loop.Behaviour(0.0)
-    upd = lambda st, tr: alg.apply(st, tr, {"alpha": 0.5})
-    learner, ls, log = loop.step(CLIFF, upd, lambda s: s.w, beh, 2, 0.9, learner, ls, log, jax.random.key(1))
+    step = jitted_step(alg, loop.Behaviour(0.0), 2)
+    learner, ls, log = step(learner, ls, log, jax.random.key(1))
     assert int(ls.env) == 24 and int(ls.t) == 1 and float(ls.ret) == -1.0
     # w[a * 48 + s]: Q(36, up) += 0.5 * (-1 + 0.9 * 0 - 0)
     assert float(learner.w[0 * 48 + 36]) == -0.5
     np.testing.assert_array_equal(np.asarray(ls.active)[:, 0], np.arange(4) * 48 + 24)
-    learner, ls, log = loop.step(CLIFF, upd, lambda s: s.w, beh, 2, 0.9, learner, ls, log, jax.random.key(2))
+    learner, ls, log = step(learner, ls, log, jax.random.key(2))
     # At 24 all four values are 0: up again, to 12; then the cap ends the episode.
     assert float(learner.w[0 * 48 + 24]) == -0.5
     assert int(ls.env) == 36 and int(ls.t) == 0 and float(ls.ret) == 0.0 and int(ls.episodes) == 1
@@ -172,17 +179,19 @@ def test_divergence_is_caught_and_frozen():
 # ------------------------------------------------------------------ files, resume, parts
 
 def test_run_to_dir_resume_and_parts(tmp_path, cliff_sweep):
-    """Two parts of two chunks each, then a resume that assembles: bit-equal to
-    the one-chunk run (so results do not depend on the chunking either)."""
+    """Two parts of two chunks (of one point) each, then a resume that assembles:
+    bit-equal to the one-chunk run (so results do not depend on the chunking
+    either). Chunks of one point: the program of
+    test_each_algorithm_reproducible_bit_for_bit_from_the_seed[cq]."""
     spec, r = cliff_sweep
     out = str(tmp_path / "parts")
     for k in (1, 2):
-        info = runner.run_to_dir(spec, out, chunk_size=2, part=(k, 2))
-        assert info["chunks_total"] == 2
+        info = runner.run_to_dir(spec, out, chunk_size=1, part=(k, 2))
+        assert info["chunks_total"] == 4 and info["chunks_done"] == 2 * k
     done = runner.run_to_dir(None, out, resume=True)
     for k in ("returns", "lengths", "diverged_step", "omega"):
         np.testing.assert_array_equal(getattr(done, k), getattr(r, k))
-    assert done.meta["resumed_chunks"] == 2
+    assert done.meta["resumed_chunks"] == 4
     assert is_control_dir(out) and not os.path.isdir(os.path.join(out, "chunks"))
     back = ControlResult.load(out)
     np.testing.assert_array_equal(back.returns, r.returns)
@@ -234,9 +243,8 @@ def test_reward_shift_changes_what_is_learned_not_what_is_logged():
     learner = alg.init(jnp.zeros(CLIFF.num_features))
     ls = loop.loop_init(CLIFF, jax.random.key(0))
     log = loop.log_init(2)
-    upd = lambda st, tr: alg.apply(st, tr, {"alpha": 0.5})
-    learner, ls, log = loop.step(CLIFF, upd, lambda s: s.w, loop.Behaviour(0.0), 1, 0.9, learner, ls, log,
-                                 jax.random.key(1), reward_shift=-0.25)
+    step = jitted_step(alg, loop.Behaviour(0.0), 1, reward_shift=-0.25)
+    learner, ls, log = step(learner, ls, log, jax.random.key(1))
     assert float(learner.w[36]) == 0.5 * (-1.0 + 0.25)  # up from the start, r - c = -0.75
     np.testing.assert_array_equal(np.asarray(log.returns), [-1.0, 0.0])  # cap 1: the episode ended, r logged
     with pytest.raises(ValueError, match="reward_shift"):
@@ -247,40 +255,51 @@ def test_reward_shift_changes_what_is_learned_not_what_is_logged():
                                       ("gq", {"alpha": 0.2, "zeta": 0.01}),
                                       ("cgq", {"alpha": 0.2, "beta": 1e-3, "zeta": 0.01})])
 def test_each_algorithm_reproducible_bit_for_bit_from_the_seed(name, hp):
-    """Two independent builds and runs of the same spec (exploring, so random)."""
-    spec = ControlSpec(task="cliff_walking", algorithm=name, hyperparameters=hp, seeds=2, episodes=25,
-                       epsilon=0.2, seed=7)
+    """Two independent builds and runs of the same spec (exploring, so random).
+    cliff_sweep's seeds, episodes and exploration at one point: the q and cq
+    programs also serve test_sharded_over_devices_equals_one_device and
+    test_run_to_dir_resume_and_parts."""
+    spec = ControlSpec(task="cliff_walking", algorithm=name, hyperparameters=hp, seeds=4, episodes=80, seed=7,
+                       **AUTHORS_BEH)
     a, b = sweep.run(spec, progress=False), sweep.run(spec, progress=False)
     for k in ("returns", "lengths", "diverged_step"):
         np.testing.assert_array_equal(getattr(a, k), getattr(b, k))
     assert not np.array_equal(a.lengths[0, 0], a.lengths[0, 1])
 
 
-def test_sharded_over_devices_equals_one_device():
-    """The grid split over 2 (fake CPU) devices, with a padded chunk, and a
-    shared program's runs split over them: the same bits."""
+def test_sharded_over_devices_equals_one_device(tmp_path, cliff_sweep):
+    """cliff_sweep's grid split over 3 (fake CPU) devices, its chunk padded (4
+    points to 6), and a shared program's runs split over them (a sweep of one
+    point and 4 seeds, its runs padded too): the same bits as on one device.
+    The one-device runs are this process's, on its CPU (the subprocess runs on
+    the CPU): cliff_sweep's program and the q program of
+    test_each_algorithm_reproducible_bit_for_bit_from_the_seed."""
+    spec, _ = cliff_sweep
+    q = spec.replace(algorithm="q", hyperparameters={"alpha": [0.5]})
+    out = str(tmp_path / "three.npz")
     code = (
-        "import jax, numpy as np\n"
+        "import json, sys, jax, numpy as np\n"
         "from bec_jax.control import sweep\n"
         "from bec_jax.control.spec import ControlSpec\n"
-        "spec = ControlSpec(task='cliff_walking', algorithm='cq', hyperparameters={'alpha': [0.1, 0.2, 0.3], "
-        "'beta': 1e-3}, seeds=3, episodes=30, epsilon=0.1)\n"
-        "two = sweep.run(spec, devices=jax.devices()[:2], progress=False)\n"
-        "one = sweep.run(spec, devices=jax.devices()[:1], progress=False)\n"
-        "assert len(jax.devices()) == 2 and two.meta['chunk_size'] == 4\n"
-        "for k in ('returns', 'lengths', 'diverged_step', 'omega'):\n"
-        "    np.testing.assert_array_equal(getattr(two, k), getattr(one, k))\n"
-        # run_many splits the runs (not the points) over the devices: a sweep of one
-        # point and an odd number of seeds too, its runs padded
-        "q = spec.replace(algorithm='q', hyperparameters={'alpha': [0.5]})\n"
-        "pair = sweep.run_many([spec, q], devices=jax.devices()[:2])\n"
+        "spec, q = (ControlSpec.from_dict(json.loads(a)) for a in sys.argv[1:3])\n"
+        "three = sweep.run(spec, devices=jax.devices(), progress=False)\n"
+        "assert len(jax.devices()) == 3 and three.meta['chunk_size'] == 6, three.meta\n"
+        # run_many splits the runs (not the points) over the devices
+        "pair = sweep.run_many([spec, q], devices=jax.devices())\n"
         "assert pair[0].meta['shared_program'] == ['cq', 'q']\n"
-        "for a, b in zip(pair, (one, sweep.run(q, devices=jax.devices()[:1], progress=False))):\n"
-        "    for k in ('returns', 'lengths', 'diverged_step'):\n"
-        "        np.testing.assert_array_equal(getattr(a, k), getattr(b, k))\n"
+        "keys = ('returns', 'lengths', 'diverged_step')\n"
+        "np.savez(sys.argv[3], three_omega=three.omega, **{f'{n}_{k}': getattr(r, k) for n, r in (('three', three),\n"
+        "         ('cq', pair[0]), ('q', pair[1])) for k in keys})\n"
         "print('ok')\n")
-    env = xla_flags(devices=2)
+    env = xla_flags(devices=3)
     import subprocess
     import sys
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(spec.to_dict()), json.dumps(q.to_dict()), out], env=env,
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr[-3000:]
+    got = np.load(out)
+    cpu = jax.devices("cpu")[:1]
+    one, q_one = (sweep.run(s, devices=cpu, progress=False) for s in (spec, q))
+    for name, ref in (("three", one), ("cq", one), ("q", q_one)):
+        for k in ("returns", "lengths", "diverged_step") + (("omega",) if name == "three" else ()):
+            np.testing.assert_array_equal(got[f"{name}_{k}"], getattr(ref, k), err_msg=f"{name} {k}")

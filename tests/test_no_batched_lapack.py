@@ -13,6 +13,7 @@ The hang is jaxlib's CPU LAPACK: every program here is lowered for JAX's CPU
 backend (the `cpu_backend` fixture, `jax.devices("cpu")`), on a GPU machine too,
 where the default backend would lower them to cuSOLVER calls instead."""
 import dataclasses
+import functools
 import re
 
 import jax
@@ -25,6 +26,7 @@ from bec_jax.control import algorithms as control_algorithms
 from bec_jax.control import sweep as control_sweep
 from bec_jax.control import tasks as control_tasks
 from bec_jax.control.spec import ControlSpec
+from bec_jax.engine import tuning
 from bec_jax.prediction import sweep
 from bec_jax.prediction.spec import SweepSpec
 
@@ -126,14 +128,19 @@ def test_ppo_program(ppo, task):
 def test_ppo_initial_weights_are_the_per_key_initializer(ppo):
     """Vmapped over 16 seeds, PPO's initial weights are bit for bit the plain
     `jax.nn.initializers.orthogonal` applied to one key at a time (the same
-    computation on the same machine), and so are the whole networks'."""
+    computation on the same machine), and so are the whole networks' (of one
+    hidden layer: a hidden and an output layer each, in four draws where two
+    hidden layers take six). Every program compiled with the engine's light
+    XLA:CPU options (about half the compile of its random draws; both sides alike)."""
+    jit = functools.partial(jax.jit, compiler_options=tuning.CPU_LIGHT_OPTIONS)
     keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(0), i))(jnp.arange(16))
     scale = np.sqrt(2.0)
-    got = jax.jit(jax.vmap(lambda k: ppo.orthogonal(k, (64, 64), scale)))(keys)
-    plain = jax.jit(lambda k: jax.nn.initializers.orthogonal(scale)(k, (64, 64), jnp.float32))
+    got = jit(jax.vmap(lambda k: ppo.orthogonal(k, (64, 64), scale)))(keys)
+    plain = jit(lambda k: jax.nn.initializers.orthogonal(scale)(k, (64, 64), jnp.float32))
     np.testing.assert_array_equal(got, jnp.stack([plain(k) for k in keys]))
-    one = jax.jit(lambda k: ppo.init_params(k, 4, 2, (64, 64)))
-    init = jax.jit(jax.vmap(one))(keys)
+    net = lambda k: ppo.init_params(k, 4, 2, (64,))
+    one = jit(net)
+    init = jit(jax.vmap(net))(keys)
     one_by_one = [one(k) for k in keys]
     for i, leaf in enumerate(jax.tree.leaves(init)):
         np.testing.assert_array_equal(leaf, np.stack([jax.tree.leaves(p)[i] for p in one_by_one]))
