@@ -12,8 +12,16 @@ import pytest
 
 from bec_jax.control.continuing import csuite, tasks
 from bec_jax.control.continuing.csuite import CatchState, PendulumState, TaxiState, WindyState
+from bec_jax.engine import tuning
 
 KEY = jax.random.PRNGKey(0)
+# The engine's light compile (the loop emitters at -O1) for the small programs here: under half the
+# compile time of XLA's default, and no test here is about the compile options.
+LIGHT = tuning.CPU_LIGHT_OPTIONS if jax.default_backend() == "cpu" else None
+jit = functools.partial(jax.jit, compiler_options=LIGHT)
+# For the one large program (`_all_rewards`), LLVM's -O1 alone (the light compile's optimisation level):
+# a fifth less compile time than XLA's default, where the loop emitters take longer on it.
+O1 = {"xla_backend_optimization_level": 1} if jax.default_backend() == "cpu" else None
 
 # Recorded from csuite's own code (github.com/google-deepmind/csuite, commit
 # b74faed74685dc852d43c2022150c4186c244929), run once with its environments
@@ -94,7 +102,7 @@ def _all_rewards() -> dict:
         return [_rewards(tasks.make(name, **dict(params)), POLICIES[policy], key, SEEDS, CSUITE_STEPS)
                 for name, params, policy in CSUITE_STATS]
 
-    out = jax.jit(run_all)(KEY)
+    out = jax.jit(run_all, compiler_options=O1)(KEY)
     return {cfg: np.asarray(r, np.float64) for cfg, r in zip(CSUITE_STATS, out)}
 
 
@@ -121,7 +129,7 @@ def _catch_state(paddle, balls, rows=10):
 
 def test_catch_steps_by_hand():
     env = csuite.catch(spawn_probability=0.0)
-    step = jax.jit(env.step)
+    step = jit(env.step)
     # The paddle moves by action - 1 and is clipped at the walls.
     for paddle, action, moved in ((2, 0, 1), (2, 2, 3), (2, 1, 2), (0, 0, 0), (4, 2, 4)):
         s, r = step(KEY, _catch_state(paddle, {}), action)
@@ -132,9 +140,9 @@ def test_catch_steps_by_hand():
     s, r = step(KEY, _catch_state(2, {8: 1}), 0)  # paddle -> 1 under the ball: +1
     assert float(r) == 1.0 and np.all(np.asarray(s.balls) == -1)
     # A new ball appears in row 0 with probability spawn_probability.
-    s, _ = jax.jit(csuite.catch(spawn_probability=1.0).step)(KEY, _catch_state(2, {}), 1)
+    s, _ = jit(csuite.catch(spawn_probability=1.0).step)(KEY, _catch_state(2, {}), 1)
     assert 0 <= int(s.balls[0]) < 5 and np.all(np.asarray(s.balls[1:]) == -1)
-    s0 = env.reset(KEY)
+    s0 = jit(env.reset)(KEY)
     assert int(s0.paddle) == 2 and 0 <= int(s0.balls[0]) < 5 and np.all(np.asarray(s0.balls[1:]) == -1)
 
 
@@ -144,16 +152,16 @@ def test_catch_features():
     assert (int(col), int(row)) == (0, 6)
     assert tuple(int(v) for v in csuite.lowest_ball(_catch_state(4, {}))) == (4, -1)
     onehot = csuite.catch(features="onehot")
-    onehot = onehot._replace(features=jax.jit(onehot.features))
+    onehot = onehot._replace(features=jit(onehot.features))
     cells = 5 * 9 + 1
     # (paddle 1) * cells + (row 6 * 5 + column 0), then one block per action.
     assert np.asarray(onehot.features(s)).ravel().tolist() == [1 * cells + 30 + a * 5 * cells for a in range(3)]
     tiled = csuite.catch()
-    f = np.asarray(jax.jit(tiled.features)(s))
+    f = np.asarray(jit(tiled.features)(s))
     k = tiled.num_features // 3
     assert f.shape == (3, 16) and tiled.num_active == 16 and k == 16 * 27
     assert np.all(f // k == np.arange(3)[:, None]) and np.all(np.diff(f[0] % k // 27) == 1)
-    board = np.asarray(jax.jit(csuite.catch(features="board").features)(s))
+    board = np.asarray(jit(csuite.catch(features="board").features)(s))
     grid = board[1, 50:100].reshape(10, 5)
     assert board.shape == (3, 150) and grid[9, 1] == grid[2, 3] == grid[6, 0] == 1 and grid.sum() == 3
     assert board[0, 50:].sum() == 0
@@ -161,7 +169,7 @@ def test_catch_features():
 
 def test_windy_catch_wind_and_clock():
     env = csuite.windy_catch(spawn_probability=0.0, change_every=3)
-    step = jax.jit(env.step)
+    step = jit(env.step)
     # Right wind (2): the landing ball moves from column 4 to column 0 (wrapping).
     s = WindyState(board=_catch_state(0, {8: 4}), wind=jnp.int32(2), clock=jnp.int32(0))
     s, r = step(KEY, s, 1)
@@ -169,23 +177,22 @@ def test_windy_catch_wind_and_clock():
     s = WindyState(board=_catch_state(2, {4: 0}), wind=jnp.int32(1), clock=jnp.int32(2))
     s, _ = step(KEY, s, 1)
     assert int(s.board.balls[5]) == 4 and int(s.clock) == 0  # left wind wraps; the clock restarts
-    f = np.asarray(jax.jit(env.features)(s))
+    f = np.asarray(jit(env.features)(s))
     assert f.shape == (3, 16) and f.max() < env.num_features
-    obs = np.asarray(jax.jit(csuite.windy_catch(features="board").features)(s))
+    obs = np.asarray(jit(csuite.windy_catch(features="board").features)(s))
     assert obs.shape == (3, 3 * 53) and obs[0, 50:53].tolist() == np.eye(3)[int(s.wind)].tolist()
 
 
 def test_dancing_catch_permutation():
     env = csuite.dancing_catch(swap_every=2)
-    s = env.reset(KEY)
+    s = jit(env.reset)(KEY)
     assert np.asarray(s.perm).tolist() == list(range(50))
 
-    @jax.jit
     def body(s, key):
         s, _ = env.step(key, s, 1)
         return s, (s.perm, csuite.binary_board(s.board, 10, 5), env.features(s))
 
-    s, (perms, plain, feats) = jax.lax.scan(body, s, jax.random.split(KEY, 40))
+    s, (perms, plain, feats) = jit(lambda s: jax.lax.scan(body, s, jax.random.split(KEY, 40)))(s)
     perms, plain, feats = np.asarray(perms), np.asarray(plain), np.asarray(feats)
     assert np.all(np.sort(perms, axis=1) == np.arange(50))
     assert np.array_equal(feats[:, 2, 100:], np.take_along_axis(plain, perms, axis=1))
@@ -196,8 +203,8 @@ def test_dancing_catch_permutation():
 
 def test_pendulum_steps_by_hand():
     env = csuite.pendulum()
-    step = jax.jit(env.step)
-    s = env.reset(KEY)
+    step = jit(env.step)
+    s = jit(env.reset)(KEY)
     # csuite's integration (float64, by hand): 4 Euler steps of 0.05 s, velocity first.
     angle, vel = 0.0, 0.0
     for action in (2, 2, 0, 1, 2):
@@ -211,15 +218,15 @@ def test_pendulum_steps_by_hand():
     for angle, reward in ((math.pi, 1.0), (math.pi + 0.6, 0.0), (math.pi - 0.4, 1.0)):
         _, r = step(KEY, PendulumState(angle=jnp.float32(angle), velocity=jnp.float32(0.0)), 1)
         assert float(r) == reward
-    s, _ = jax.jit(csuite.pendulum(max_speed=1.0).step)(KEY, PendulumState(jnp.float32(1.0), jnp.float32(5.0)), 2)
+    s, _ = jit(csuite.pendulum(max_speed=1.0).step)(KEY, PendulumState(jnp.float32(1.0), jnp.float32(5.0)), 2)
     assert float(s.velocity) == 1.0
-    f = np.asarray(env.features(s))
+    f = np.asarray(jit(env.features)(s))
     assert f.shape == (3, 8) and env.num_features == 3 * 8 * 343 and f.max() < env.num_features
 
 
 def test_taxi_steps_and_model():
     env = csuite.taxi()
-    step = jax.jit(env.step)
+    step = jit(env.step)
 
     def taxi_state(x, y, p, d):
         return TaxiState(*(jnp.int32(v) for v in (x, y, p, d)))
@@ -239,12 +246,12 @@ def test_taxi_steps_and_model():
     acts = np.tile(np.arange(6), n)
     states = TaxiState(*(jnp.asarray(v, jnp.int32) for v in np.unravel_index(idx, (5, 5, 5, 4))))
 
-    @jax.jit
-    def check(keys, states, acts):
-        nxt, r = jax.vmap(env.step)(keys, states, acts)
+    @jit
+    def check(key, states, acts):
+        nxt, r = jax.vmap(env.step)(jax.random.split(key, idx.size), states, acts)
         return jax.vmap(env.state_index)(states), jax.vmap(env.state_index)(nxt), r
 
-    here, j, r = (np.asarray(v) for v in check(jax.random.split(KEY, idx.size), states, jnp.asarray(acts)))
+    here, j, r = (np.asarray(v) for v in check(KEY, states, jnp.asarray(acts)))
     assert np.array_equal(here, idx) and np.all(P[idx, acts, j] > 0) and np.allclose(r, R[idx, acts])
     # The uniform policy's exact gain (stationary mu: mu (I - P) = 0, sum mu = 1)
     # agrees with csuite's recorded statistic.

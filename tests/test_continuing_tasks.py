@@ -1,6 +1,7 @@
 """Continuing control's tabular tasks against their exact models, the exact
 average-reward solver against brute force and policy iteration, and the
 continuing task registry's errors."""
+import functools
 import itertools
 
 import jax
@@ -10,6 +11,7 @@ import pytest
 
 from bec_jax.control.continuing import exact, tabular, tasks
 from bec_jax.control.continuing.env import ContinuingEnv
+from bec_jax.engine import tuning
 
 N_DRAWS = 20_000
 SEEDS, BURN_IN, STEPS = 100, 500, 2_000  # 2e5 measured steps per task
@@ -17,9 +19,15 @@ SEEDS, BURN_IN, STEPS = 100, 500, 2_000  # 2e5 measured steps per task
 # here with numpy: seeds 0..9, 10 runs of 1e5 steps after 500 burn-in) under
 # `_fixed_policy`: the mean reward rate and its standard error over the runs.
 CSUITE_ACCESS_CONTROL_RATE = (2.218645, 0.0033544)
+# The engine's light compile options (the loop emitters at -O1) for the programs here: under half XLA's
+# default compile time, and these checks are not about the compile options.
+LIGHT = tuning.CPU_LIGHT_OPTIONS if jax.default_backend() == "cpu" else None
 
 
-@pytest.fixture(scope="module", params=["two_choice", "river_swim", "access_control"])
+TASKS = ("two_choice", "river_swim", "access_control")
+
+
+@pytest.fixture(scope="module", params=TASKS)
 def env(request) -> ContinuingEnv:
     return tasks.make(request.param)
 
@@ -33,19 +41,33 @@ def _pairs(env):
     return [(busy * k + i, a) for busy in (0, 5, env.params["num_servers"]) for i in (0, k - 1) for a in (0, 1)]
 
 
+def _draw(env, key):
+    """N_DRAWS steps from each of `_pairs(env)`: the next states' indices and
+    the rewards, flat, pair by pair (traced)."""
+    pairs = _pairs(env)
+    # one flat vmap over every (pair, draw): a nested vmap compiles ~4x slower
+    s = np.repeat(np.asarray([p[0] for p in pairs], np.int32), N_DRAWS)
+    a = np.repeat(np.asarray([p[1] for p in pairs], np.int32), N_DRAWS)
+    nxt, rew = jax.vmap(env.step)(jax.random.split(key, s.size), s, a)
+    return jax.vmap(env.state_index)(nxt), rew
+
+
+@functools.cache
+def _model_draws() -> dict:
+    """Every task's draws (`_draw`), in one compiled program."""
+    envs = [tasks.make(name) for name in TASKS]
+    out = jax.jit(lambda key: [_draw(e, key) for e in envs], compiler_options=LIGHT)(jax.random.key(1))
+    return {e.name: (np.asarray(i), np.asarray(r, np.float64)) for e, (i, r) in zip(envs, out)}
+
+
 def test_step_samples_the_model(env):
     """(a) next-state frequencies within 5 standard errors of P[s, a] (none
     where P is 0), the mean reward within 5 of R[s, a], from N_DRAWS draws per
     pair."""
     P, R = env.model()
     pairs = _pairs(env)
-    # one flat vmap over every (pair, draw): a nested vmap compiles ~4x slower
-    s = jnp.repeat(jnp.asarray([p[0] for p in pairs], jnp.int32), N_DRAWS)
-    a = jnp.repeat(jnp.asarray([p[1] for p in pairs], jnp.int32), N_DRAWS)
-    keys = jax.random.split(jax.random.key(1), len(pairs) * N_DRAWS)
-    nxt, rew = jax.jit(jax.vmap(env.step))(keys, s, a)
-    idx = np.asarray(jax.vmap(env.state_index)(nxt)).reshape(len(pairs), N_DRAWS)
-    rew = np.asarray(rew, np.float64).reshape(len(pairs), N_DRAWS)
+    idx, rew = _model_draws()[env.name]
+    idx, rew = idx.reshape(len(pairs), N_DRAWS), rew.reshape(len(pairs), N_DRAWS)
     for j, (si, ai) in enumerate(pairs):
         freq = np.bincount(idx[j], minlength=env.num_states) / N_DRAWS
         p = P[si, ai]
@@ -68,13 +90,9 @@ def _fixed_policy(env) -> np.ndarray:
     return np.stack([1 - accept, accept], 1)
 
 
-def test_simulated_reward_rate_is_the_policy_gain(env):
-    """(b) the reward rate of a fixed policy, simulated in JAX (SEEDS runs of
-    STEPS steps after BURN_IN), within 4 standard errors (over seeds) of the
-    exact `policy_gain`; for Access-Control also of csuite's own rate."""
-    P, R = env.model()
-    pi = _fixed_policy(env)
-    cum = jnp.asarray(np.cumsum(pi, 1)[:, :-1], jnp.float32)
+def _simulate(env, key):
+    """(SEEDS,) reward rates of `_fixed_policy` on `env`, each over STEPS steps after BURN_IN (traced)."""
+    cum = jnp.asarray(np.cumsum(_fixed_policy(env), 1)[:, :-1], jnp.float32)
 
     def run(key):
         k_reset, k_act, key = jax.random.split(key, 3)
@@ -90,7 +108,25 @@ def test_simulated_reward_rate_is_the_policy_gain(env):
         _, rewards = jax.lax.scan(one, env.reset(k_reset), (ts, jax.random.uniform(k_act, ts.shape)))
         return rewards.sum() / STEPS
 
-    rates = np.asarray(jax.jit(jax.vmap(run))(jax.random.split(jax.random.key(2), SEEDS)), np.float64)
+    return jax.vmap(run)(jax.random.split(key, SEEDS))
+
+
+@functools.cache
+def _simulated_rates() -> dict:
+    """Every task's rates (`_simulate`), in one compiled program (about two
+    thirds of the compile time of three)."""
+    envs = [tasks.make(name) for name in TASKS]
+    out = jax.jit(lambda key: [_simulate(e, key) for e in envs], compiler_options=LIGHT)(jax.random.key(2))
+    return {e.name: np.asarray(r, np.float64) for e, r in zip(envs, out)}
+
+
+def test_simulated_reward_rate_is_the_policy_gain(env):
+    """(b) the reward rate of a fixed policy, simulated in JAX (SEEDS runs of
+    STEPS steps after BURN_IN), within 4 standard errors (over seeds) of the
+    exact `policy_gain`; for Access-Control also of csuite's own rate."""
+    P, R = env.model()
+    pi = _fixed_policy(env)
+    rates = _simulated_rates()[env.name]
     gain = exact.policy_gain(P, R, pi)
     se = rates.std(ddof=1) / np.sqrt(SEEDS)
     assert abs(rates.mean() - gain) <= 4 * se + 1e-6, (env.name, rates.mean(), gain, se)
@@ -189,9 +225,10 @@ def test_access_control_parameters_and_start():
     env = tasks.make("access_control", num_servers=3, priorities=[1, 5], free_probability=0.5)
     assert env.num_states == 8 and env.num_features == 16
     assert tasks.make(env.name, **env.params).params == env.params
-    starts = np.asarray(jax.vmap(env.reset)(jax.random.split(jax.random.key(0), 200)))
-    assert set(starts.tolist()) == {0, 1}  # 0 busy, either priority
-    np.testing.assert_array_equal(np.asarray(env.features(jnp.int32(3))), [[3], [11]])
+    starts, features = jax.jit(lambda key: (jax.vmap(env.reset)(jax.random.split(key, 200)),  # one program
+                                            env.features(jnp.int32(3))), compiler_options=LIGHT)(jax.random.key(0))
+    assert set(np.asarray(starts).tolist()) == {0, 1}  # 0 busy, either priority
+    np.testing.assert_array_equal(np.asarray(features), [[3], [11]])
 
 
 def test_registry_errors():
