@@ -99,11 +99,17 @@ def test_control_estimate_bounds_xla_buffer_assignment(task, alg, hp, seeds, epi
     3 times it."""
     import jax
     import numpy as np
+
+    from bec_jax.engine import tuning
     spec = ControlSpec(task=task, algorithm=alg, hyperparameters=hp, seeds=seeds, episodes=episodes)
     G = spec.num_points
     groups, chunks = control_sweep.plan(spec, G)
-    prog = control_sweep.make_program(spec, groups[0], G, jax.devices()[:1])
-    m = prog.fn.lower(np.uint32(0), control_sweep.chunk_grid(spec, groups[0], chunks[0])).compile().memory_analysis()
+    devices = jax.devices()[:1]
+    # Compiled as the engine compiles it: with its form's options (on a CPU the light compile).
+    form = tuning.choose_form(spec, devices, groups[0], front=control_sweep)
+    prog = control_sweep.make_program(spec, groups[0], G, devices, form=form)
+    lowered = prog.fn.lower(np.uint32(0), control_sweep.chunk_grid(spec, groups[0], chunks[0]))
+    m = lowered.compile(form.compiler_options).memory_analysis()
     xla = m.temp_size_in_bytes + m.output_size_in_bytes + m.argument_size_in_bytes
     est = memory.call_bytes(control_sweep.sizes(spec), G, seeds, 1, False)
     assert 1.0 <= est / xla <= 3.0, (est, xla)

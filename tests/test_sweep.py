@@ -75,12 +75,14 @@ def test_divergence_is_flagged_and_isolated(full):
     assert all(r["final_mean"] is not None for r in recs[4:])
 
 
+# A low bound makes some, not all, seeds of TD on the 2-state example diverge.
+# theta = 2 RMSCBE here; after 1000 steps the seeds' |theta| spread over about 5-10.
+PARTLY_DIVERGING = SweepSpec(env="two_state", algorithm="td", alpha=(0.01,), seeds=16, steps=1000, log_every=250,
+                             divergence_bound=7.0)
+
+
 def test_partial_divergence_statistics_use_survivors():
-    # A low bound makes some, not all, seeds of TD on the 2-state example diverge.
-    # theta = 2 RMSCBE here; after 1000 steps the seeds' |theta| spread over about 5-10.
-    spec = SweepSpec(env="two_state", algorithm="td", alpha=(0.01,), seeds=16, steps=1000,
-                     log_every=250, divergence_bound=7.0)
-    r = sweep.run(spec)
+    r = sweep.run(PARTLY_DIVERGING)
     frac = r.diverged_fraction[0]
     assert 0 < frac < 1
     alive_final = r.final[0, 0][np.isfinite(r.final[0, 0])]
@@ -145,9 +147,12 @@ def test_curve_matches_loop_at_every_log_point():
 
 
 def test_seed_streams_do_not_depend_on_seed_count():
-    a = sweep.run(SweepSpec(env="two_state", algorithm="td", alpha=(0.005,), seeds=3, steps=100, log_every=50))
-    b = sweep.run(SweepSpec(env="two_state", algorithm="td", alpha=(0.005,), seeds=5, steps=100, log_every=50))
+    # 16 seeds: the program of test_partial_divergence_statistics_use_survivors, from the
+    # process's memo (the step size is an input); 3 seeds, one of its own.
+    b = sweep.run(PARTLY_DIVERGING.replace(hyperparameters={"alpha": (0.005,)}))
+    a = sweep.run(PARTLY_DIVERGING.replace(hyperparameters={"alpha": (0.005,)}, seeds=3))
     np.testing.assert_array_equal(a.final[0, 0], b.final[0, 0, :3])
+    np.testing.assert_array_equal(a.diverged_step[0], b.diverged_step[0, :3])
 
 
 def test_save_load_round_trip(full, tmp_path):
@@ -191,7 +196,7 @@ from bec_jax.prediction.spec import SweepSpec
 spec = SweepSpec(alpha=(0.3, 0.005, 0.01), **json.loads(sys.argv[1]))
 r = sweep.run(spec, chunk_size=int(sys.argv[2]))
 # Seed chunks and time segments, the grid sharded over the 4 devices.
-s = sweep.run(spec, chunk_size=int(sys.argv[2]), seed_chunk=28, segment_blocks=3)  # 7 seeds a device
+s = sweep.run(spec, chunk_size=int(sys.argv[2]), seed_chunk=28, segment_blocks=5)  # 7 seeds a device, 2 segments
 # One program for two sweeps, the grid of each split over the devices (TD's 3
 # points padded to 4).
 j = sweep.run_many([spec, spec.replace(algorithm="td", hyperparameters={"alpha": (0.3, 0.005, 0.01)})])
@@ -222,7 +227,7 @@ def test_device_count_independence(full, tmp_path):
     for k, v in (("mean", full.mean), ("std", full.std), ("final", full.final), ("dstep", full.diverged_step)):
         np.testing.assert_array_equal(z[f"fast_{k}"], v, err_msg=f"run-fast form over 4 devices: {k}")
     # Seed chunks (the host takes the statistics over seeds): bit for bit too.
-    assert z["seg_layout"].tolist() == [28, 3]
+    assert z["seg_layout"].tolist() == [28, 5]
     np.testing.assert_array_equal(z["seg_final"], full.final)
     np.testing.assert_array_equal(z["seg_dstep"], full.diverged_step)
     np.testing.assert_array_equal(z["seg_mean"], full.mean)
@@ -259,11 +264,18 @@ def test_programs_are_reused_in_process_only_where_they_are_the_same():
     assert other.meta["compiled_programs"] == 1
 
 
+# 7 log blocks (odd: the last runs alone) and alpha = 2.0 diverging at the bound 10.
+DIVERGING_ODD = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.05, 2.0), beta=(0.1,), zeta=(0.5,), seeds=5,
+                          steps=70, log_every=10, divergence_bound=10.0)
+
+
+# boyan-ctdc's full compile is the run-fast program test_run_fast_form_gives_the_same_bits[whole]
+# then takes from the process's memo (the same spec, devices and form). The other cases have an
+# even number of blocks (an odd one costs the paired form a longer compile; boyan-ctdc has it).
 @pytest.mark.parametrize("spec", [
-    SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.05, 2.0), beta=(0.1,), zeta=(0.5,), seeds=5, steps=60,
-              log_every=10, divergence_bound=10.0),
+    DIVERGING_ODD,
     SweepSpec(env="baird", algorithm="tdc", alpha=(0.01,), zeta=(0.1, 0.5), metrics=("rmspbe", "rmsve"), seeds=4,
-              steps=60, log_every=20),
+              steps=80, log_every=20),
     SweepSpec(env="random_walk", algorithm="td", alpha=(0.1,), env_params={"features": ["dependent"]}, seeds=6,
               steps=40, log_every=10),
 ], ids=["boyan-ctdc", "baird-tdc", "walk-dependent-td"])
@@ -281,26 +293,22 @@ def test_light_and_full_compiles_give_the_same_bits(spec, cpu_backend):
 def _both_forms(monkeypatch, fn):
     """fn() with the programs in their run-fast form (`tuning.KernelForm`: log
     blocks in pairs, updates under `algorithms.sharing`) and without it, both
-    with the fusion emitters: (fast, plain)."""
+    with the fusion emitters: (fast, plain). The form is part of the key of the
+    process's compiled programs (`tuning.memo_key`): neither gets a program of
+    the other form from it, and one of its own form compiled earlier (by an
+    earlier test) is the very program it would compile."""
     out = []
     choose = tuning.choose_form
     for fast in (True, False):
-        tuning.clear_compiled()  # no program of the other form from the memo
         monkeypatch.setattr(tuning, "choose_form",
                             lambda *a, f=fast, **k: choose(*a, **k)._replace(paired=f, share=f))
         out.append(fn())
-    tuning.clear_compiled()
     return out
 
 
 def _assert_same_bits(a, b):
     for k in ("mean", "std", "sem", "alive", "final", "auc_seed", "diverged_step"):
         np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
-
-
-# 7 log blocks (odd: the last runs alone) and alpha = 2.0 diverging at the bound 10.
-DIVERGING_ODD = SweepSpec(env="boyan_chain", algorithm="ctdc", alpha=(0.05, 2.0), beta=(0.1,), zeta=(0.5,), seeds=5,
-                          steps=70, log_every=10, divergence_bound=10.0)
 
 
 @pytest.mark.parametrize("case", ["whole", "segmented", "several-models"])
@@ -314,8 +322,10 @@ def test_run_fast_form_gives_the_same_bits(monkeypatch, case, cpu_backend):
     opts = tuning.CPU_COMPILER_OPTIONS
     if case == "several-models":
         spec = SweepSpec(env="boyan_chain", algorithm="td", alpha=(0.1, 3.0), env_params={"gamma": [0.5, 0.9]},
-                         seeds=3, steps=50, log_every=10, divergence_bound=10.0)
+                         seeds=3, steps=40, log_every=10, divergence_bound=10.0)
         assert len(plan_groups(spec)[0].models) == 2
+    elif case == "segmented":  # 6 blocks: two segments of 3 (a pair and a block alone each)
+        spec = DIVERGING_ODD.replace(steps=60)
     else:
         spec = DIVERGING_ODD
     kw = {"seed_chunk": 2, "segment_blocks": 3} if case == "segmented" else {}
@@ -396,9 +406,11 @@ def test_sensitivity_panels_keep_labelled_minor_ticks(full):
     assert narrow.yaxis.get_minorticklocs().size > 0  # 0.2 .. 1.5: less than a decade
 
 
-# Every built-in algorithm on Baird (off-policy: rho varies), alpha = 0.3 diverging.
+# Every built-in algorithm on a random MDP (off-policy: rho varies; dense Gaussian features),
+# alpha = 0.6 diverging. Its 4 features, not Baird's 8: the run-fast program of twelve algorithms
+# traces in about half the time (most of its trace is batching the sharing's conditionals).
 _HP = {"beta": (0.05,), "zeta": (0.05,)}
-SHARING_SPECS = [SweepSpec(env="baird", algorithm=name, alpha=(0.01, 0.3), seeds=8, steps=120, log_every=20,
+SHARING_SPECS = [SweepSpec(env="random_mdp", algorithm=name, alpha=(0.01, 0.6), seeds=8, steps=120, log_every=20,
                            metrics=("rmspbe",),
                            **{k: v for k, v in _HP.items() if k in algorithms.get(name).names})
                  for name in algorithms.names()]
@@ -457,6 +469,7 @@ def test_tree_reduce_is_the_padded_pairwise_halving():
     zeros included (on the host -0 + 0 is +0, so the pad's additions must all
     happen; XLA folds x + 0 to x, in both forms)."""
     rng = np.random.default_rng(3)
+    in_program = []  # the seed counts also checked in a program
     for n in range(1, 70):
         x = (rng.standard_normal((3, n)) * 10.0 ** rng.integers(-3, 4, (3, n))).astype(np.float32)
         x[0] = -0.0  # every element
@@ -466,17 +479,22 @@ def test_tree_reduce_is_the_padded_pairwise_halving():
             got = seed_stats.tree_reduce(x, op, pad, np)
             assert got.tobytes() == want.tobytes(), (n, op)
         if n in (1, 3, 33, 50, 64):
-            for op, pad in ((jnp.add, 0.0), (jnp.minimum, jnp.inf)):
-                got = jax.jit(lambda v: seed_stats.tree_reduce(v, op, pad))(x)
-                want = jax.jit(lambda v: _padded_halving(v, op, pad, jnp))(x)
-                assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), (n, op)
+            in_program.append(x)
+    # Every seed count and op in one program a side (one compile each, not one a case); the
+    # two sides apart, so that XLA cannot merge their common work into one computation.
+    ops = ((jnp.add, 0.0), (jnp.minimum, jnp.inf))
+    got = jax.jit(lambda xs: [[seed_stats.tree_reduce(v, op, pad) for op, pad in ops] for v in xs])(in_program)
+    want = jax.jit(lambda xs: [[_padded_halving(v, op, pad, jnp) for op, pad in ops] for v in xs])(in_program)
+    for x, g, w in zip(in_program, got, want):
+        for (op, _), a, b in zip(ops, g, w):
+            assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (x.shape[-1], op)
     alive = rng.random((7, 50)) < 0.6
     count = jax.jit(seed_stats.alive_count)(alive)
     assert count.dtype == jnp.int32
     np.testing.assert_array_equal(count, alive.sum(-1))
 
 
-def test_program_states_are_seed_major():
+def test_program_states_are_seed_major(full):
     # The layout the engine's speed rests on (docs/performance.md, "Seed-major state"): every
     # batched state leaf (seeds, grid points, ...), the shared counter unbatched,
     # and the per-seed area sums (metrics, seeds, grid points); the outputs keep
@@ -493,8 +511,8 @@ def test_program_states_are_seed_major():
     (states,), samp, dstep, auc0 = jax.eval_shape(start, np.uint32(0), grid)
     assert states.theta.shape == states.u.shape == (5, 3, 4) and states.omega.shape == (5, 3)
     assert states.count.shape == () and dstep.shape == (3, 5) and auc0.shape == (1, 5, 3)
-    r = sweep.run(spec, progress=False)
-    assert r.final.shape == (1, 3, 5) and r.diverged_step.shape == (3, 5)
+    # The outputs of a run, the module's (2 metrics, 12 points, 50 seeds; no compile of its own):
+    assert full.final.shape == (2, 12, 50) and full.diverged_step.shape == (12, 50)
 
 
 def test_fusion_emitters_update_omega_in_place(cpu_backend):

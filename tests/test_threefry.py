@@ -39,12 +39,18 @@ def test_fused_keys_draw_what_threefry_keys_draw():
     partitionable threefry)."""
     keys = jax.random.split(jax.random.key(3), 8)
     fk = threefry.fused(keys)
-    same = lambda f: np.testing.assert_array_equal(*(np.asarray(jax.jit(jax.vmap(f))(k)) for k in (fk, keys)))
-    same(lambda k: jax.random.uniform(k, (3, 5)))
-    same(lambda k: jax.random.uniform(k, (), minval=-1.0, maxval=2.0))
-    same(lambda k: jax.random.normal(k, (7,)))
-    same(lambda k: jax.random.randint(k, (4,), 0, 10))
-    same(lambda k: jax.random.bits(k, (3,), jnp.uint8))
-    same(lambda k: jax.random.key_data(jax.random.split(k, 3)))
-    same(lambda k: jax.random.key_data(jax.random.fold_in(k, 77)))
-    same(lambda k: jax.random.choice(k, 5, (2,), replace=False))
+    draws = {
+        "uniform": lambda k: jax.random.uniform(k, (3, 5)),
+        "uniform(-1, 2)": lambda k: jax.random.uniform(k, (), minval=-1.0, maxval=2.0),
+        "normal": lambda k: jax.random.normal(k, (7,)),
+        "randint": lambda k: jax.random.randint(k, (4,), 0, 10),
+        "bits uint8": lambda k: jax.random.bits(k, (3,), jnp.uint8),
+        "split": lambda k: jax.random.key_data(jax.random.split(k, 3)),
+        "fold_in": lambda k: jax.random.key_data(jax.random.fold_in(k, 77)),
+        "choice": lambda k: jax.random.choice(k, 5, (2,), replace=False),
+    }
+    # All the draws in one program per implementation (one compile each, not one a draw).
+    every = jax.jit(jax.vmap(lambda k: {name: f(k) for name, f in draws.items()}))
+    fused, plain = every(fk), every(keys)
+    for name in draws:
+        np.testing.assert_array_equal(np.asarray(fused[name]), np.asarray(plain[name]), err_msg=name)
